@@ -1,0 +1,109 @@
+"""The benchmark: AR and DFlash interleaved per prompt, in one process, reported as ratios."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from engine.errors import DFlashError
+from engine.events import RoundEvent, SummaryEvent
+from engine.generate import CancelToken, GenerationSettings, generate
+from engine.session import LoadedPair
+
+
+def load_prompts(path: str | Path) -> list[str]:
+    """Prompts from JSONL: one {"prompt": ...} object per line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DFlashError(f"{path}: cannot read the prompts file ({exc.strerror}).") from None
+    prompts = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise DFlashError(f"{path}: line {n} is not JSON; expected {{\"prompt\": \"...\"}} per line.") from None
+        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+            raise DFlashError(f"{path}: line {n} has no string field 'prompt'.")
+        prompts.append(record["prompt"])
+    if not prompts:
+        raise DFlashError(f"{path}: no prompts in the file.")
+    return prompts
+
+
+def _run(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
+    rounds, summary = [], None
+    for event in generate(pair, ids, settings, cancel):
+        if isinstance(event, RoundEvent):
+            rounds.append(event)
+        elif isinstance(event, SummaryEvent):
+            summary = event
+    return summary, rounds
+
+
+def _mean(values: list[float]) -> Optional[float]:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
+    ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
+    df_tok_s = sum(s.num_generated for s in df) / max(sum(s.decode_s for s in df), 1e-9)
+    drafting = [r for r in rounds if r.drafted]
+    return {
+        "ar_tok_s": round(ar_tok_s, 3),
+        "dflash_tok_s": round(df_tok_s, 3),
+        "speedup": round(df_tok_s / ar_tok_s, 4) if ar_tok_s else None,
+        "mean_acceptance_length": _mean([r.accepted + 1 for r in drafting]),
+        "draft_ms": _mean([r.draft_ms for r in rounds]),
+        "verify_ms": _mean([r.verify_ms for r in rounds]),
+        "rollback_ms": _mean([r.rollback_ms for r in rounds]),
+        "identical": all(a.token_ids == d.token_ids for a, d in zip(ar, df)),
+        "ar_tokens": sum(s.num_generated for s in ar),
+        "dflash_tokens": sum(s.num_generated for s in df),
+    }
+
+
+def run_bench(
+    pair: LoadedPair,
+    prompts: list[tuple[str, list[int]]],
+    settings: GenerationSettings,
+    repeats: int = 1,
+    progress: Callable[[str], None] = lambda msg: None,
+    cancel: Optional[CancelToken] = None,
+) -> dict:
+    """Warm up, then per prompt and repeat run AR then DFlash; overall and per-prompt figures."""
+    if repeats < 1:
+        raise DFlashError(f"repeats {repeats} must be at least 1.")
+    ar_settings, df_settings = replace(settings, mode="ar"), replace(settings, mode="dflash")
+    warm_ids = prompts[0][1]
+    progress("warm-up")
+    _run(pair, warm_ids, replace(ar_settings, max_tokens=min(16, settings.max_tokens)), cancel)
+    _run(pair, warm_ids, replace(df_settings, max_tokens=min(32, settings.max_tokens)), cancel)
+    per_prompt, all_ar, all_df, all_rounds = [], [], [], []
+    for n, (text, ids) in enumerate(prompts, 1):
+        ar_runs, df_runs, rounds = [], [], []
+        for r in range(repeats):
+            progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
+            ar_runs.append(_run(pair, ids, ar_settings, cancel)[0])
+            summary, rs = _run(pair, ids, df_settings, cancel)
+            df_runs.append(summary)
+            rounds += rs
+        per_prompt.append({"prompt": text, "prompt_tokens": len(ids), **_figures(ar_runs, df_runs, rounds)})
+        all_ar += ar_runs
+        all_df += df_runs
+        all_rounds += rounds
+    return {
+        **_figures(all_ar, all_df, all_rounds),
+        "prompts": len(prompts),
+        "repeats": repeats,
+        "max_tokens": settings.max_tokens,
+        "block_size": df_settings.block_size or (pair.drafter.cfg.block_size if pair.drafter else None),
+        "temperature": settings.sampling.temperature,
+        "per_prompt": per_prompt,
+    }

@@ -1,0 +1,105 @@
+"""Load an optimised BLAS before MLX on Linux.
+
+The ``mlx[cpu]`` wheel for Linux links a reference BLAS. Loading OpenBLAS (from
+the ``cmeel-openblas`` wheel) into the global symbol scope before ``mlx.core``
+is imported makes MLX resolve its CBLAS symbols to OpenBLAS, which is what makes
+a 16-token verify cheap enough for speculative decoding to win on a CPU.
+
+cmeel's OpenBLAS needs ``libgfortran.so.5``. When the system has none, we use
+the libgfortran that the mlx[cpu] wheel already ships (renamed by auditwheel):
+a copy in the user cache whose SONAME is rewritten to ``libgfortran.so.5``,
+so the dynamic loader accepts it for OpenBLAS's dependency.
+
+Set ``DFLASH_NO_OPENBLAS=1`` to turn all of this off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import sys
+from pathlib import Path
+
+DISABLE_ENV = "DFLASH_NO_OPENBLAS"
+GFORTRAN_SONAME = b"libgfortran.so.5"
+
+# What happened, for `doctor` and trace headers.
+status: str = "not attempted"
+
+
+def _site_dirs() -> list[Path]:
+    return [Path(p) for p in sys.path if p and Path(p).is_dir()]
+
+
+def _find(relative: str, pattern: str) -> Path | None:
+    for site in _site_dirs():
+        folder = site / relative
+        if folder.is_dir():
+            found = sorted(folder.glob(pattern))
+            if found:
+                return found[0]
+    return None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dflash-playground" / "blas"
+
+
+def _gfortran_copy() -> Path | None:
+    """A copy of mlx[cpu]'s bundled libgfortran whose SONAME is libgfortran.so.5."""
+    source = _find("mlx_cpu.libs", "libgfortran-*.so*")
+    if source is None:
+        return None
+    target_dir = _cache_dir() / source.stem
+    target = target_dir / "libgfortran.so.5"
+    if target.exists():
+        return target
+    target_dir.mkdir(parents=True, exist_ok=True)
+    data = source.read_bytes()
+    old = source.name.encode() + b"\0"
+    if data.count(old) < 1 or len(GFORTRAN_SONAME) + 1 > len(old):
+        return None
+    data = data.replace(old, GFORTRAN_SONAME + b"\0" * (len(old) - len(GFORTRAN_SONAME)))
+    # libgfortran finds its own bundled dependencies (libquadmath) through RPATH $ORIGIN.
+    for dep in source.parent.glob("libquadmath-*"):
+        shutil.copy2(dep, target_dir / dep.name)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+    return target
+
+
+def _load_gfortran() -> None:
+    try:
+        ctypes.CDLL("libgfortran.so.5", mode=os.RTLD_GLOBAL)
+        return
+    except OSError:
+        pass
+    copy = _gfortran_copy()
+    if copy is not None:
+        ctypes.CDLL(str(copy), mode=os.RTLD_GLOBAL)
+
+
+def preload() -> str:
+    """Load OpenBLAS globally, once, before MLX; return what was done."""
+    global status
+    if not sys.platform.startswith("linux"):
+        status = "not needed (not Linux)"
+    elif "mlx.core" in sys.modules:
+        status = "not loaded: mlx was imported before the engine"
+    elif os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        status = f"off ({DISABLE_ENV} set)"
+    else:
+        lib = _find("cmeel.prefix/lib", "libopenblas.so.0")
+        if lib is None:
+            status = "unavailable: cmeel-openblas is not installed"
+        else:
+            try:
+                _load_gfortran()
+                ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
+                status = f"openblas ({lib})"
+            except OSError as exc:
+                status = f"unavailable: {exc}"
+    return status

@@ -1,0 +1,331 @@
+"""`dflash-playground`: generate, parity, bench, doctor, export (and the window with no subcommand)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import engine  # noqa: F401  (loads the optimised BLAS before MLX)
+from engine.errors import DFlashError
+
+EXIT_ERROR = 2
+
+
+def _add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
+    p.add_argument("--target", help="target model: folder or Hugging Face id (default: the demo pair)")
+    if drafter:
+        p.add_argument("--drafter", help="DFlash drafter: folder or Hugging Face id (default: the demo pair)")
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    _add_model_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--raw", action="store_true", help="encode the prompt as plain text, as mlx-lm does")
+    fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
+    p.add_argument("--thinking", choices=["on", "off"], help="thinking mode, for chat templates that have one")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--block-size", type=int, help="1..16 (default: the drafter's)")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dflash-playground",
+        description="DFlash block-diffusion speculative decoding on MLX. With no command, opens the window.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {engine.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command")
+
+    g = sub.add_parser("generate", help="generate text, AR or DFlash")
+    _add_run_args(g)
+    g.add_argument("--mode", choices=["dflash", "ar"], default="dflash")
+    g.add_argument("--trace", help="write a dflash-trace/1 JSONL trace here")
+
+    p = sub.add_parser("parity", help="AR then DFlash on the same prompt; are they identical?")
+    _add_run_args(p)
+
+    b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
+    _add_model_args(b)
+    b.add_argument("--prompts", required=True, help='JSONL file, one {"prompt": ...} per line')
+    b.add_argument("--max-tokens", type=int, default=128)
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--block-size", type=int)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    fmt = b.add_mutually_exclusive_group()
+    fmt.add_argument("--raw", action="store_true")
+    fmt.add_argument("--chat", action="store_true")
+    b.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("doctor", help="can this drafter run with this target?")
+    _add_model_args(d)
+
+    e = sub.add_parser("export", help="convert a trace")
+    e.add_argument("trace", help="a dflash-trace/1 JSONL file")
+    e.add_argument("--chrome", required=True, help="write Chrome trace JSON (Perfetto) here")
+
+    m = sub.add_parser("demo", help="parity on the demo pair (a tiny pair is built if none is installed)")
+    m.add_argument("--max-tokens", type=int, default=64)
+
+    from engine.commands import register_extra_commands
+
+    register_extra_commands(sub)
+    return parser
+
+
+def _pair_args(args) -> tuple[str, Optional[str]]:
+    from engine.demo_models import demo_pair
+
+    target, drafter = args.target, getattr(args, "drafter", None)
+    if target is None:
+        demo = demo_pair()
+        if demo is None:
+            raise DFlashError("no --target given and the demo pair is not installed; give --target and --drafter.")
+        target = str(demo[0])
+        if drafter is None and hasattr(args, "drafter"):
+            drafter = str(demo[1])
+    return target, drafter
+
+
+def _settings(args, mode: str):
+    from engine.generate import GenerationSettings
+    from engine.sampling import SamplingSettings
+
+    sampling = SamplingSettings(
+        temperature=args.temperature,
+        top_p=getattr(args, "top_p", 1.0),
+        top_k=getattr(args, "top_k", 0),
+        min_p=getattr(args, "min_p", 0.0),
+        seed=args.seed,
+    )
+    return GenerationSettings(
+        mode=mode,
+        max_tokens=args.max_tokens,
+        block_size=args.block_size,
+        sampling=sampling,
+        stop_strings=tuple(getattr(args, "stop", ())),
+    )
+
+
+def _chat_flag(args) -> Optional[bool]:
+    return True if args.chat else (False if args.raw else None)
+
+
+def _prompt_ids(args, tokenizer) -> list[int]:
+    from engine.prompts import encode_prompt
+
+    if args.prompt_file:
+        try:
+            text = Path(args.prompt_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DFlashError(f"{args.prompt_file}: cannot read the prompt file ({exc.strerror}).") from None
+    elif args.prompt is not None:
+        text = args.prompt
+    else:
+        raise DFlashError("no prompt: give --prompt TEXT or --prompt-file FILE.")
+    thinking = None if args.thinking is None else args.thinking == "on"
+    return encode_prompt(tokenizer, text, _chat_flag(args), thinking)
+
+
+def _load(args, with_drafter: bool = True):
+    from engine.session import load_pair
+
+    target, drafter = _pair_args(args)
+    return load_pair(target, drafter if with_drafter else None)
+
+
+def cmd_generate(args) -> int:
+    from engine.events import SummaryEvent, TextEvent
+    from engine.generate import generate
+    from engine.trace import TraceWriter
+
+    pair = _load(args, with_drafter=args.mode == "dflash")
+    ids = _prompt_ids(args, pair.tokenizer)
+    settings = _settings(args, args.mode)
+    writer = TraceWriter(args.trace) if args.trace else None
+    summary = None
+    try:
+        for event in generate(pair, ids, settings):
+            if writer:
+                writer.write(event)
+            if isinstance(event, TextEvent) and not args.json:
+                print(event.text, end="", flush=True)
+            elif isinstance(event, SummaryEvent):
+                summary = event
+    finally:
+        if writer:
+            writer.close()
+    if args.json:
+        print(json.dumps({
+            "token_ids": summary.token_ids,
+            "prompt_token_ids": ids,
+            "text": summary.text,
+            "mode": summary.mode,
+            "num_generated": summary.num_generated,
+            "tok_per_s": summary.tok_per_s,
+            "prefill_s": summary.prefill_s,
+            "mean_acceptance_length": summary.mean_acceptance_length,
+            "num_rounds": summary.num_rounds,
+            "stop_reason": summary.stop_reason,
+        }))
+    else:
+        tau = f", tau {summary.mean_acceptance_length:.2f}, {summary.num_rounds} rounds" if summary.num_rounds else ""
+        print(f"\n[{summary.mode}: {summary.num_generated} tokens, {summary.tok_per_s:.1f} tok/s{tau}, "
+              f"prefill {summary.prefill_s:.3f}s, stop: {summary.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+def _print_parity(result, as_json: bool) -> None:
+    d = result.to_dict()
+    if as_json:
+        print(json.dumps(d))
+        return
+    for key, value in d.items():
+        print(f"{key}: {value}")
+    if not result.identical and result.margin_at_divergence is not None:
+        kind = "a near-tie flip (floating point)" if result.margin_at_divergence < 1e-3 else "a real divergence"
+        print(f"verdict: outputs differ at token {result.first_divergence}, AR margin "
+              f"{result.margin_at_divergence:.3g}: {kind}")
+
+
+def cmd_parity(args) -> int:
+    from engine.parity import run_parity
+
+    pair = _load(args)
+    ids = _prompt_ids(args, pair.tokenizer)
+    _print_parity(run_parity(pair, ids, _settings(args, "dflash")), args.json)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from engine.bench import load_prompts, run_bench
+    from engine.prompts import encode_prompt
+
+    texts = load_prompts(args.prompts)
+    pair = _load(args)
+    prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
+    args.top_p, args.top_k, args.min_p = 1.0, 0, 0.0
+    progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
+    print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
+    for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
+        label = row["prompt"].replace("\n", "\\n")[:30]
+        print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
+    if not result["identical"] and args.temperature == 0:
+        print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from engine.doctor import check_pair
+
+    target, drafter = _pair_args(args)
+    report = check_pair(target, drafter)
+    print(report.text())
+    return 0 if report.ok else EXIT_ERROR
+
+
+def cmd_export(args) -> int:
+    from engine.trace import export_chrome
+
+    n = export_chrome(args.trace, args.chrome)
+    print(f"wrote {n} events to {args.chrome} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from engine.demo_models import SAMPLE_PROMPT, demo_pair
+    from engine.parity import run_parity
+    from engine.prompts import encode_prompt
+    from engine.session import load_pair
+
+    pair_dirs = demo_pair() or _tiny_demo_pair()
+    pair = load_pair(*pair_dirs)
+    ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
+    from engine.generate import GenerationSettings
+
+    def show(event):
+        if event.type == "round":
+            drafted = len(event.drafted)
+            print(f"round {event.index:3d} @ {event.position:4d}: accepted {event.accepted:2d}/{drafted:2d} "
+                  f"+ {event.bonus_kind:10s} draft {event.draft_ms:6.2f} ms  verify {event.verify_ms:6.2f} ms  "
+                  f"rollback {event.rollback_ms:5.2f} ms")
+
+    print(f"target: {pair.target_path}\ndrafter: {pair.drafter_path}\nprompt: {SAMPLE_PROMPT!r}")
+    result = run_parity(pair, ids, GenerationSettings(max_tokens=args.max_tokens), on_event=show)
+    print("text:", result.dflash.text)
+    _print_parity(result, as_json=False)
+    return 0
+
+
+def _tiny_demo_pair() -> tuple[Path, Path]:
+    """Until a trained demo pair is installed: a tiny random pair in the user cache."""
+    from platformdirs import user_cache_dir
+
+    from engine.tiny_models import write_drafter, write_target, write_tokenizer
+
+    root = Path(user_cache_dir("dflash-playground")) / "tiny-demo"
+    target, drafter = root / "target", root / "drafter"
+    if not (drafter / "model.safetensors").exists():
+        print(f"building a tiny random demo pair in {root} (no trained demo pair is installed)", file=sys.stderr)
+        write_tokenizer(root / "tokenizer")
+        write_target(target, root / "tokenizer")
+        write_drafter(drafter, target)
+    return target, drafter
+
+
+COMMANDS = {
+    "generate": cmd_generate,
+    "parity": cmd_parity,
+    "bench": cmd_bench,
+    "doctor": cmd_doctor,
+    "export": cmd_export,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from engine.commands import EXTRA_COMMANDS
+
+    handler = COMMANDS.get(args.command) or EXTRA_COMMANDS.get(args.command)
+    try:
+        if handler is None:
+            return EXTRA_COMMANDS["gui"](args) if "gui" in EXTRA_COMMANDS else (parser.print_help() or 0)
+        return handler(args)
+    except DFlashError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("error: interrupted.", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an engine bug, not user input: still one line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

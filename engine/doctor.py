@@ -1,0 +1,109 @@
+"""The compatibility doctor: can this drafter run with this target? Checked from files only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.checkpoint import check_drafter_weights, read_tensor_shapes
+from engine.drafter_config import DrafterConfig, load_drafter_config, read_config_json
+from engine.errors import DFlashError
+from engine.model_paths import resolve_model_path
+
+
+@dataclass
+class DoctorReport:
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        lines = [f"{k}: {v}" for k, v in self.facts.items()]
+        if self.ok:
+            lines.append("verdict: ready")
+        else:
+            lines += [f"problem: {p}" for p in self.problems]
+            lines.append("verdict: cannot run")
+        return "\n".join(lines)
+
+
+def target_dims(config: dict[str, Any]) -> dict[str, Any]:
+    merged = {**config, **config.get("text_config", {})} if isinstance(config.get("text_config"), dict) else config
+    return {k: merged.get(k) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")}
+
+
+def check_target_files(path: Path) -> dict[str, Any]:
+    config = read_config_json(path)
+    dims = target_dims(config)
+    for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        if not isinstance(dims[key], int):
+            raise DFlashError(f"{path / 'config.json'}: required field '{key}' is missing or not an integer.")
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")
+    for w in weights:
+        read_tensor_shapes(w)
+    return dims
+
+
+def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: Path, cfg: DrafterConfig) -> list[str]:
+    cfg_file = drafter_path / "config.json"
+    problems = []
+    layers = dims["num_hidden_layers"]
+    bad_taps = [i for i in cfg.target_layer_ids if not 0 <= i < layers]
+    if bad_taps:
+        problems.append(
+            f"{cfg_file}: 'dflash_config.target_layer_ids' has {bad_taps[0]}, outside the target's "
+            f"{layers} layers (0..{layers - 1}); this drafter was made for another target."
+        )
+    if cfg.hidden_size != dims["hidden_size"]:
+        problems.append(
+            f"{cfg_file}: 'hidden_size' is {cfg.hidden_size} but the target's is {dims['hidden_size']} "
+            f"({target_path / 'config.json'}); this drafter was made for another target."
+        )
+    if cfg.vocab_size != dims["vocab_size"]:
+        problems.append(
+            f"{cfg_file}: 'vocab_size' is {cfg.vocab_size} but the target's is {dims['vocab_size']} "
+            f"({target_path / 'config.json'}); the two do not share a tokenizer."
+        )
+    if not 0 <= cfg.mask_token_id < dims["vocab_size"]:
+        problems.append(
+            f"{cfg_file}: 'mask_token_id' {cfg.mask_token_id} is outside the target's vocabulary "
+            f"(0..{dims['vocab_size'] - 1})."
+        )
+    return problems
+
+
+def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True) -> DoctorReport:
+    report = DoctorReport(ok=False)
+    dims = cfg = None
+    try:
+        target_path = resolve_model_path(target, download=download)
+        report.facts["target"] = str(target_path)
+        dims = check_target_files(target_path)
+        report.facts.update({f"target_{k}": v for k, v in dims.items()})
+    except DFlashError as exc:
+        report.problems.append(str(exc))
+    if drafter is not None:
+        try:
+            drafter_path = resolve_model_path(drafter, download=download)
+            report.facts["drafter"] = str(drafter_path)
+            cfg = load_drafter_config(drafter_path)
+            check_drafter_weights(drafter_path, cfg)
+            report.facts.update(
+                drafter_layers=cfg.num_hidden_layers,
+                drafter_layer_types=",".join(sorted(set(cfg.layer_types))),
+                target_layer_ids=cfg.target_layer_ids,
+                block_size=cfg.block_size,
+                mask_token_id=cfg.mask_token_id,
+                rope_theta=cfg.rope_theta,
+            )
+        except DFlashError as exc:
+            report.problems.append(str(exc))
+        if dims is not None and cfg is not None:
+            report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
+    if dims is not None:
+        report.facts["rollback"] = "kv-trim (attention caches)"
+    report.ok = not report.problems
+    return report

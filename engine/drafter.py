@@ -1,0 +1,189 @@
+"""The DFlash drafter: a few Qwen3-style layers that draft a whole block in one pass.
+
+Queries come from the block only; keys/values are the cached context (projected
+from target taps) followed by the block itself. Only context K/V are cached
+(RoPE'd at their true positions); block K/V are recomputed every round, so a
+rejected draft needs no drafter rollback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.activations import swiglu
+from mlx_lm.models.rope_utils import initialize_rope
+
+from engine.checkpoint import WEIGHTS_FILE, check_drafter_weights
+from engine.drafter_config import SLIDING, DrafterConfig, load_drafter_config
+
+
+class ContextCache:
+    """Context K/V of one drafter layer; a sliding layer keeps at most window - 1 positions."""
+
+    def __init__(self, max_keep: Optional[int] = None):
+        self.max_keep = max_keep
+        self.keys: Optional[mx.array] = None
+        self.values: Optional[mx.array] = None
+        self.offset = 0  # absolute position of the next context entry
+        self.start = 0  # absolute position of keys[..., 0, :]
+
+    def append(self, keys: mx.array, values: mx.array) -> None:
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys = mx.concatenate([self.keys, keys], axis=2)
+            self.values = mx.concatenate([self.values, values], axis=2)
+        self.offset += keys.shape[2]
+        kept = self.keys.shape[2]
+        if self.max_keep is not None and kept > self.max_keep:
+            self.keys = self.keys[:, :, -self.max_keep :]
+            self.values = self.values[:, :, -self.max_keep :]
+        self.start = self.offset - self.keys.shape[2]
+
+    @property
+    def state(self) -> list[mx.array]:
+        return [] if self.keys is None else [self.keys, self.values]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig, sliding: bool, causal: bool):
+        super().__init__()
+        dim, hd = cfg.hidden_size, cfg.head_dim
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads
+        self.scale = hd**-0.5
+        self.window = cfg.sliding_window if sliding else None
+        self.causal = causal
+        self.q_proj = nn.Linear(dim, self.n_heads * hd, bias=False)
+        self.k_proj = nn.Linear(dim, self.n_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(dim, self.n_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * hd, dim, bias=False)
+        self.q_norm = nn.RMSNorm(hd, eps=cfg.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(hd, eps=cfg.rms_norm_eps)
+        self.rope = initialize_rope(
+            hd,
+            base=cfg.rope_theta,
+            traditional=False,
+            scaling_config=cfg.rope_scaling,
+            max_position_embeddings=cfg.max_position_embeddings,
+        )
+
+    def _kv(self, x: mx.array, offset: int) -> tuple[mx.array, mx.array]:
+        B, L, _ = x.shape
+        k = self.k_norm(self.k_proj(x).reshape(B, L, self.n_kv_heads, -1)).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        return self.rope(k, offset=offset), v
+
+    def _mask(self, L: int, cache: ContextCache, offset: int) -> Optional[mx.array]:
+        if self.window is None and not self.causal:
+            return None
+        q_pos = offset + mx.arange(L)
+        block = mx.arange(L)
+        block_ok = block[None, :] <= block[:, None] if self.causal else mx.ones((L, L), mx.bool_)
+        ctx_len = 0 if cache.keys is None else cache.keys.shape[2]
+        ctx_ok = mx.ones((L, ctx_len), mx.bool_)
+        if self.window is not None:
+            ctx_pos = cache.start + mx.arange(ctx_len)
+            ctx_ok = (q_pos[:, None] - ctx_pos[None, :]) < self.window
+            block_ok = block_ok & ((block[:, None] - block[None, :]) < self.window)
+        return mx.concatenate([ctx_ok, block_ok], axis=1)
+
+    def __call__(self, x: mx.array, ctx: Optional[mx.array], cache: ContextCache, offset: int):
+        B, L, _ = x.shape
+        if ctx is not None and ctx.shape[1] > 0:
+            cache.append(*self._kv(ctx, cache.offset))
+        q = self.q_norm(self.q_proj(x).reshape(B, L, self.n_heads, -1)).transpose(0, 2, 1, 3)
+        q = self.rope(q, offset=offset)
+        k, v = self._kv(x, offset)
+        if cache.keys is not None:
+            k = mx.concatenate([cache.keys, k], axis=2)
+            v = mx.concatenate([cache.values, v], axis=2)
+        mask = self._mask(L, cache, offset)
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig, sliding: bool, causal: bool):
+        super().__init__()
+        self.self_attn = Attention(cfg, sliding, causal)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+    def __call__(self, x, ctx, cache, offset):
+        # input_layernorm applies to the block stream only, never to the shared context.
+        h = x + self.self_attn(self.input_layernorm(x), ctx, cache, offset)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(cfg.num_taps * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.layers = [
+            DecoderLayer(cfg, sliding=t == SLIDING, causal=_is_causal(cfg, t))
+            for t in cfg.layer_types
+        ]
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+    def make_cache(self) -> list[ContextCache]:
+        return [
+            ContextCache(self.cfg.sliding_window - 1 if t == SLIDING else None)
+            for t in self.cfg.layer_types
+        ]
+
+    def __call__(
+        self,
+        block_embeddings: mx.array,
+        context_taps: Optional[mx.array],
+        cache: list[ContextCache],
+        offset: int,
+    ) -> mx.array:
+        """Hidden states (after the final norm) for every block position.
+
+        block_embeddings: (B, L, H), the target's embedding of [anchor, mask...].
+        context_taps: (B, C, n_taps * H) for context positions not yet cached.
+        offset: absolute position of the anchor (= context positions seen so far).
+        """
+        ctx = None
+        if context_taps is not None and context_taps.shape[1] > 0:
+            ctx = self.hidden_norm(self.fc(context_taps))
+        h = block_embeddings
+        for layer, c in zip(self.layers, cache):
+            h = layer(h, ctx, c, offset)
+        return self.norm(h)
+
+
+def _is_causal(cfg: DrafterConfig, layer_type: str) -> bool:
+    if cfg.is_causal is not None:
+        return cfg.is_causal
+    return layer_type == SLIDING
+
+
+def load_drafter(folder: Path, dtype: Any) -> DFlashDrafter:
+    """Load a checked DFlash checkpoint, cast to the target's dtype."""
+    cfg = load_drafter_config(folder)
+    check_drafter_weights(folder, cfg)
+    model = DFlashDrafter(cfg)
+    weights = mx.load(str(folder / WEIGHTS_FILE))
+    model.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
+    mx.eval(model.parameters())
+    model.eval()
+    return model

@@ -1,0 +1,169 @@
+"""Read a DFlash drafter's config.json in either published schema.
+
+Legacy: top-level ``block_size``, ``rope_theta``, ``num_target_layers`` and
+``dflash_config: {mask_token_id, target_layer_ids}``. Newer: ``dflash_config:
+{block_size, mask_token_id, target_layer_ids}``, ``rope_parameters`` and mixed
+``layer_types`` with ``sliding_window``. rope_theta is never defaulted: a silent
+default collapses long-context acceptance.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import CheckpointError
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+
+
+@dataclass
+class DrafterConfig:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    vocab_size: int
+    block_size: int
+    mask_token_id: int
+    target_layer_ids: list[int]
+    num_target_layers: int | None
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None
+    layer_types: list[str]
+    sliding_window: int | None
+    is_causal: bool | None
+    max_position_embeddings: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def num_taps(self) -> int:
+        return len(self.target_layer_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("raw")
+        return d
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """Spread tap ids evenly from layer 1 to num_target_layers - 3, as published code does."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    span = end - start
+    return [int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)]
+
+
+def read_config_json(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path}: config.json is missing; a model folder needs one.")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: config.json is not valid JSON ({exc}).") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: config.json must hold a JSON object.")
+    return data
+
+
+def _field(raw: dict, path: Path, name: str, kind: type, *sources: dict) -> Any:
+    for source in sources or (raw,):
+        if name in source and source[name] is not None:
+            value = source[name]
+            if kind is float and isinstance(value, int):
+                value = float(value)
+            if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+                raise CheckpointError(
+                    f"{path}: field '{name}' should be {kind.__name__}, found {value!r}."
+                )
+            return value
+    raise CheckpointError(f"{path}: required field '{name}' is missing.")
+
+
+def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
+    """Validate a drafter config dict; `path` names the file in error messages."""
+    dflash = raw.get("dflash_config")
+    if not isinstance(dflash, dict):
+        raise CheckpointError(
+            f"{path}: field 'dflash_config' is missing, so this is not a DFlash drafter config."
+        )
+    hidden = _field(raw, path, "hidden_size", int)
+    layers = _field(raw, path, "num_hidden_layers", int)
+    heads = _field(raw, path, "num_attention_heads", int)
+    kv_heads = raw.get("num_key_value_heads") or heads
+    head_dim = raw.get("head_dim") or hidden // heads
+    block_size = _field(raw, path, "block_size", int, dflash, raw)
+    mask_id = _field(raw, path, "mask_token_id", int, dflash)
+
+    rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+    rope_theta = raw.get("rope_theta", rope_params.get("rope_theta"))
+    if rope_theta is None:
+        raise CheckpointError(
+            f"{path}: 'rope_theta' is absent both at top level and under 'rope_parameters'; "
+            "it must be given (a guessed value silently ruins long-context acceptance)."
+        )
+    rope_scaling = raw.get("rope_scaling")
+    if rope_scaling is None and rope_params.get("rope_type", "default") != "default":
+        rope_scaling = rope_params
+
+    num_target_layers = raw.get("num_target_layers")
+    tap_ids = dflash.get("target_layer_ids")
+    if tap_ids is None:
+        if not isinstance(num_target_layers, int):
+            raise CheckpointError(
+                f"{path}: neither 'dflash_config.target_layer_ids' nor 'num_target_layers' is given, "
+                "so the target layers to tap are unknown."
+            )
+        tap_ids = default_target_layer_ids(num_target_layers, layers)
+    if not (isinstance(tap_ids, list) and tap_ids and all(isinstance(i, int) for i in tap_ids)):
+        raise CheckpointError(f"{path}: 'dflash_config.target_layer_ids' must be a list of layer ids.")
+
+    layer_types = raw.get("layer_types") or [FULL] * layers
+    if len(layer_types) != layers or any(t not in (FULL, SLIDING) for t in layer_types):
+        raise CheckpointError(
+            f"{path}: 'layer_types' must list {layers} entries of '{FULL}' or '{SLIDING}'."
+        )
+    window = raw.get("sliding_window")
+    if SLIDING in layer_types and not (isinstance(window, int) and window > 1):
+        raise CheckpointError(
+            f"{path}: 'layer_types' has sliding layers but 'sliding_window' is missing or < 2."
+        )
+    is_causal = raw.get("is_causal")
+    if is_causal is not None and not isinstance(is_causal, bool):
+        raise CheckpointError(f"{path}: 'is_causal' must be true or false.")
+    if not 1 <= block_size <= 64:
+        raise CheckpointError(f"{path}: 'block_size' {block_size} is outside 1..64.")
+
+    return DrafterConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=_field(raw, path, "intermediate_size", int),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        vocab_size=_field(raw, path, "vocab_size", int),
+        block_size=block_size,
+        mask_token_id=mask_id,
+        target_layer_ids=list(tap_ids),
+        num_target_layers=num_target_layers,
+        rope_theta=float(rope_theta),
+        rope_scaling=rope_scaling,
+        layer_types=list(layer_types),
+        sliding_window=window,
+        is_causal=is_causal,
+        max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
+        raw=raw,
+    )
+
+
+def load_drafter_config(folder: Path) -> DrafterConfig:
+    return parse_drafter_config(read_config_json(folder), folder / "config.json")

@@ -1,0 +1,66 @@
+"""Where the output ends: one committed token at a time, so AR and DFlash end identically."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class OutputTracker:
+    """Appends tokens, streams text, and stops at EOS, max tokens or a stop string."""
+
+    def __init__(self, tokenizer, max_tokens: int, stop_strings: Iterable[str] = ()):
+        self.detok = tokenizer.detokenizer
+        self.eos_ids = set(tokenizer.eos_token_ids)
+        self.max_tokens = max_tokens
+        self.stop_strings = [s for s in stop_strings if s]
+        self.tokens: list[int] = []
+        self.stop_reason: str | None = None
+        self._emitted = 0
+        self._cut: int | None = None  # text length where a stop string begins
+
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - len(self.tokens)
+
+    def add(self, token: int) -> bool:
+        """Commit one token; True when generation must stop after it."""
+        self.tokens.append(token)
+        if token in self.eos_ids:
+            self.stop_reason = "eos"
+            return True
+        self.detok.add_token(token)
+        if self.stop_strings:
+            text = self.detok.text
+            hits = [text.find(s) for s in self.stop_strings if s in text]
+            if hits:
+                self._cut = min(hits)
+                self.stop_reason = "stop_string"
+                return True
+        if len(self.tokens) >= self.max_tokens:
+            self.stop_reason = "max_tokens"
+            return True
+        return False
+
+    def add_many(self, tokens: Iterable[int]) -> tuple[list[int], bool]:
+        """Commit tokens in order until one stops the output; return those kept."""
+        kept = []
+        for t in tokens:
+            kept.append(t)
+            if self.add(t):
+                return kept, True
+        return kept, False
+
+    def finish(self) -> None:
+        self.detok.finalize()
+
+    @property
+    def text(self) -> str:
+        text = self.detok.text
+        return text if self._cut is None else text[: self._cut]
+
+    def take_delta(self) -> str:
+        """Text that appeared since the last call."""
+        text = self.text
+        delta = text[self._emitted :]
+        self._emitted = len(text)
+        return delta

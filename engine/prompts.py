@@ -1,0 +1,23 @@
+"""Prompt text to token ids, raw (as mlx-lm encodes a plain string) or through the chat template."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from engine.errors import SettingsError
+
+
+def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: Optional[bool] = None) -> list[int]:
+    """chat=None uses the chat template when the tokenizer has one."""
+    use_chat = tokenizer.has_chat_template if chat is None else chat
+    if use_chat:
+        if not tokenizer.has_chat_template:
+            raise SettingsError("this tokenizer has no chat template; use raw mode (--raw).")
+        kwargs = {} if thinking is None else {"enable_thinking": thinking}
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True, **kwargs
+        )
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    bos = tokenizer.bos_token
+    add_special = bos is None or not text.startswith(bos)
+    return list(tokenizer.encode(text, add_special_tokens=add_special))

@@ -1,0 +1,85 @@
+"""Load a target/drafter pair after the doctor has passed it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import mlx.nn as nn
+
+from engine.doctor import check_pair
+from engine.drafter import DFlashDrafter, load_drafter
+from engine.errors import DFlashError, IncompatiblePairError
+from engine.target import TapRecorder, TargetHead, install_taps, load_target
+
+ProgressFn = Callable[[str, float], None]
+
+
+class LoadCancelled(DFlashError):
+    """The user cancelled a load between stages."""
+
+
+@dataclass
+class LoadedPair:
+    target: nn.Module
+    tokenizer: Any  # mlx_lm TokenizerWrapper
+    target_path: Path
+    target_config: dict[str, Any]
+    head: TargetHead
+    drafter: Optional[DFlashDrafter] = None
+    drafter_path: Optional[Path] = None
+    taps: Optional[TapRecorder] = None
+
+    def facts(self) -> dict[str, Any]:
+        facts = {
+            "target": str(self.target_path),
+            "target_type": self.head.model_type,
+            "target_layers": self.head.num_layers,
+            "hidden_size": self.head.hidden_size,
+            "vocab_size": self.head.vocab_size,
+            "dtype": str(self.head.dtype).replace("mlx.core.", ""),
+            "rollback": "kv-trim",
+        }
+        if self.drafter is not None:
+            cfg = self.drafter.cfg
+            facts.update(
+                drafter=str(self.drafter_path),
+                drafter_layers=cfg.num_hidden_layers,
+                target_layer_ids=cfg.target_layer_ids,
+                block_size=cfg.block_size,
+                mask_token_id=cfg.mask_token_id,
+            )
+        return facts
+
+
+def load_pair(
+    target: str | Path,
+    drafter: str | Path | None,
+    progress: Optional[ProgressFn] = None,
+    should_cancel: Callable[[], bool] = lambda: False,
+) -> LoadedPair:
+    """Check, then load. Raises DFlashError with the doctor's sentence when the pair cannot run."""
+    say = progress or (lambda stage, frac: None)
+
+    def stage(name: str, frac: float) -> None:
+        if should_cancel():
+            raise LoadCancelled("loading was cancelled.")
+        say(name, frac)
+
+    stage("checking the pair", 0.0)
+    report = check_pair(target, drafter)
+    if not report.ok:
+        raise IncompatiblePairError(report.problems[0])
+    target_path = Path(report.facts["target"])
+    stage("loading target", 0.1)
+    model, tokenizer, config = load_target(target_path)
+    head = TargetHead(model)
+    pair = LoadedPair(model, tokenizer, target_path, config, head)
+    if drafter is not None:
+        stage("loading drafter", 0.8)
+        pair.drafter_path = Path(report.facts["drafter"])
+        pair.drafter = load_drafter(pair.drafter_path, head.dtype)
+        pair.taps = install_taps(model, pair.drafter.cfg.target_layer_ids)
+    stage("ready", 1.0)
+    return pair

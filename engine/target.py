@@ -1,0 +1,154 @@
+"""The target model: loading through mlx-lm, layer taps, and the pieces the drafter borrows.
+
+Taps are captured by swapping each tapped decoder layer's class for a subclass
+that stores its output when recording is on. No mlx-lm file is edited, weights
+keep their names, and with recording off the cost is one attribute check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.errors import CheckpointError
+
+_TAPPED_CLASSES: dict[type, type] = {}
+
+# Families whose decoder multiplies token embeddings by sqrt(hidden_size).
+SCALED_EMBEDDING_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "recurrent_gemma"}
+
+
+class TapRecorder:
+    """Holds the outputs of the tapped layers from the last forward pass."""
+
+    def __init__(self, layer_ids: list[int]):
+        self.layer_ids = list(layer_ids)
+        self.recording = False
+        self.outputs: dict[int, mx.array] = {}
+
+    def concatenated(self) -> mx.array:
+        """(B, L, n_taps * H): taps in the order the drafter's fc expects."""
+        return mx.concatenate([self.outputs[i] for i in self.layer_ids], axis=-1)
+
+
+def _tapped_class(cls: type) -> type:
+    if cls not in _TAPPED_CLASSES:
+
+        def __call__(self, *args, **kwargs):
+            out = cls.__call__(self, *args, **kwargs)
+            recorder, index = self.__dict__["_dflash_tap"]
+            if recorder.recording:
+                recorder.outputs[index] = out[0] if isinstance(out, tuple) else out
+            return out
+
+        _TAPPED_CLASSES[cls] = type(f"Tapped{cls.__name__}", (cls,), {"__call__": __call__})
+    return _TAPPED_CLASSES[cls]
+
+
+def decoder_layers(model: nn.Module) -> list:
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, list) or not layers:
+        raise CheckpointError(
+            f"target model type '{getattr(model, 'model_type', type(model).__name__)}' does not expose "
+            "its decoder layer list, so its hidden states cannot be tapped."
+        )
+    return layers
+
+
+def install_taps(model: nn.Module, layer_ids: list[int]) -> TapRecorder:
+    layers = decoder_layers(model)
+    recorder = TapRecorder(layer_ids)
+    for i in layer_ids:
+        layer = layers[i]
+        base = type(layer)
+        if base in _TAPPED_CLASSES.values():  # already tapped by an earlier pair
+            base = base.__mro__[1]
+        # object.__setattr__: nn.Module would otherwise store the tuple as a child.
+        object.__setattr__(layer, "_dflash_tap", (recorder, i))
+        layer.__class__ = _tapped_class(base)
+    return recorder
+
+
+def remove_taps(model: nn.Module) -> None:
+    for layer in decoder_layers(model):
+        if type(layer) in _TAPPED_CLASSES.values():
+            layer.__class__ = type(layer).__mro__[1]
+            layer.__dict__.pop("_dflash_tap", None)
+
+
+def _find_module(model: nn.Module, suffix: str) -> Optional[nn.Module]:
+    for name, module in model.named_modules():
+        if name == suffix or name.endswith("." + suffix):
+            return module
+    return None
+
+
+def model_args(model: nn.Module) -> dict[str, Any]:
+    """The model's args as a flat dict (text_config merged in for multimodal wrappers)."""
+    args = getattr(model, "args", None)
+    out = dict(vars(args)) if args is not None else {}
+    text = out.get("text_config")
+    if isinstance(text, dict):
+        out = {**out, **text}
+    return out
+
+
+class TargetHead:
+    """Embedding, output head and logit scaling of a target, for the drafter to borrow."""
+
+    def __init__(self, model: nn.Module):
+        args = model_args(model)
+        self.model_type = str(args.get("model_type", getattr(model, "model_type", "")))
+        self.embed_tokens = _find_module(model, "embed_tokens")
+        if self.embed_tokens is None:
+            raise CheckpointError(f"target model type '{self.model_type}' has no embed_tokens to borrow.")
+        lm_head = getattr(model, "lm_head", None)
+        self.lm_head = lm_head if isinstance(lm_head, nn.Module) else None
+        self.softcap = args.get("final_logit_softcapping")
+        self.logit_scale = args.get("logit_scale") if self.model_type.startswith("cohere") else None
+        self.logits_scaling = args.get("logits_scaling") if self.model_type.startswith("granite") else None
+        self.hidden_size = int(args.get("hidden_size", 0))
+        self.vocab_size = int(args.get("vocab_size", 0))
+        self.num_layers = len(decoder_layers(model))
+        self.dtype = _param_dtype(self.embed_tokens)
+        self.embed_scale = self.model_type in SCALED_EMBEDDING_TYPES
+
+    def embed(self, ids: mx.array) -> mx.array:
+        h = self.embed_tokens(ids)
+        if self.embed_scale:
+            h = h * mx.array(self.hidden_size**0.5, mx.bfloat16).astype(h.dtype)
+        return h
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        out = self.lm_head(hidden) if self.lm_head is not None else self.embed_tokens.as_linear(hidden)
+        if self.logit_scale:
+            out = out * self.logit_scale
+        if self.logits_scaling:
+            out = out / self.logits_scaling
+        if self.softcap:
+            out = mx.tanh(out / self.softcap) * self.softcap
+        return out
+
+
+def _param_dtype(module: nn.Module) -> Any:
+    scales = getattr(module, "scales", None)  # quantized: weight is packed uint32
+    return scales.dtype if scales is not None else module.weight.dtype
+
+
+def load_target(path: Path):
+    """(model, tokenizer, config) through mlx-lm's own loader, with errors made specific."""
+    from mlx_lm.utils import load
+
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path / 'config.json'}: config.json is missing; a target model folder needs one.")
+    if not list(path.glob("*.safetensors")):
+        raise CheckpointError(f"{path}: no *.safetensors weights in the target folder.")
+    try:
+        return load(str(path), return_config=True)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"{path}: mlx-lm could not load this target ({type(exc).__name__}: {exc}).") from None

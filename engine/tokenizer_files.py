@@ -1,0 +1,59 @@
+"""Write a real Hugging Face tokenizer folder (byte-level BPE) from text.
+
+Used by the tests' fixture checkpoints and by the demo pair's recipe, so both
+load through exactly the code path a user's model takes (mlx-lm -> transformers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+EOS_TOKEN = "<|endoftext|>"
+MASK_TOKEN = "<|mask|>"
+CHAT_TOKENS = ["<|im_start|>", "<|im_end|>"]
+
+# A ChatML template, as Qwen uses; `add_generation_prompt` opens the assistant turn.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    out_dir: str | Path,
+    vocab_size: int,
+    chat_template: bool = True,
+) -> dict[str, int]:
+    """Train a byte-level BPE on `texts`, save it to `out_dir`; return the special ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = [EOS_TOKEN, MASK_TOKEN] + CHAT_TOKENS
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": EOS_TOKEN,
+        "pad_token": EOS_TOKEN,
+        "model_max_length": 32768,
+        "clean_up_tokenization_spaces": False,
+    }
+    if chat_template:
+        config["chat_template"] = CHAT_TEMPLATE
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return {name: tokenizer.token_to_id(name) for name in specials}

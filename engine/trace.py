@@ -1,0 +1,147 @@
+"""Traces: JSONL (schema dflash-trace/1), written and flushed per round, and Chrome trace export."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from engine.errors import DFlashError
+from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
+
+SCHEMA = "dflash-trace/1"
+
+
+def environment() -> dict[str, Any]:
+    import mlx.core as mx
+    import mlx_lm
+
+    from engine import __version__, blas
+
+    return {
+        "app_version": __version__,
+        "mlx_version": mx.__version__,
+        "mlx_lm_version": mlx_lm.__version__,
+        "device": f"{mx.default_device()} ({platform.system()} {platform.machine()}, blas: {blas.status})",
+    }
+
+
+def _read_config(folder: Optional[str]) -> Optional[dict]:
+    if not folder:
+        return None
+    try:
+        return json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def header_record(start: StartEvent) -> dict[str, Any]:
+    model = start.model
+    return {
+        "type": "header",
+        "schema": SCHEMA,
+        **environment(),
+        "mode": start.mode,
+        "target": model.get("target"),
+        "drafter": model.get("drafter"),
+        "target_config": _read_config(model.get("target")),
+        "drafter_config": _read_config(model.get("drafter")),
+        "model": model,
+        "settings": start.settings,
+        "prompt_ids": start.prompt_ids,
+    }
+
+
+class TraceWriter:
+    """Appends one JSON line per record and flushes, so a crash leaves a valid prefix."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="utf-8")
+        except OSError as exc:
+            raise DFlashError(f"{self.path}: cannot write the trace ({exc.strerror}).") from None
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def write(self, event: Event) -> None:
+        if isinstance(event, StartEvent):
+            self._write(header_record(event))
+        elif isinstance(event, (RoundEvent, TextEvent, SummaryEvent)):
+            self._write(to_dict(event))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, records). A torn last line (crash mid-write) is dropped; anything else is an error."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DFlashError(f"{path}: cannot read the trace ({exc.strerror}).") from None
+    records = []
+    for n, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:
+                break
+            raise DFlashError(f"{path}: line {n + 1} is not JSON; this is not a dflash trace.") from None
+    if not records or records[0].get("type") != "header" or records[0].get("schema") != SCHEMA:
+        raise DFlashError(f"{path}: no '{SCHEMA}' header on the first line; this is not a dflash trace.")
+    return records[0], records[1:]
+
+
+def chrome_events(header: dict[str, Any], records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    pid = 1
+    tracks = {"draft": 1, "verify": 2, "rollback": 3, "tokens": 4}
+    yield {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"dflash {header.get('mode', '')}"}}
+    for name, tid in tracks.items():
+        yield {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+    for r in records:
+        if r["type"] == "round":
+            end = r["t"] * 1e6
+            spans = [("rollback", r["rollback_ms"]), ("verify", r["verify_ms"]), ("draft", r["draft_ms"])]
+            for name, ms in spans:  # laid out backwards from the round's end
+                start = end - ms * 1000.0
+                yield {
+                    "ph": "X", "pid": pid, "tid": tracks[name], "name": name, "ts": start, "dur": ms * 1000.0,
+                    "args": {"round": r["index"], "accepted": r["accepted"], "drafted": len(r["drafted"])},
+                }
+                end = start
+            yield {"ph": "C", "pid": pid, "name": "acceptance length", "ts": r["t"] * 1e6,
+                   "args": {"tau": r["accepted"] + 1}}
+    yield from _tok_s_counters(records, pid)
+
+
+def _tok_s_counters(records: list[dict[str, Any]], pid: int) -> Iterator[dict[str, Any]]:
+    count = 0
+    for r in records:
+        if r["type"] == "text" and r["token_ids"]:
+            count += len(r["token_ids"])
+            if r["t"] > 0:
+                yield {"ph": "C", "pid": pid, "name": "tok/s", "ts": r["t"] * 1e6,
+                       "args": {"tok_s": round(count / r["t"], 3)}}
+
+
+def export_chrome(trace_path: str | Path, out_path: str | Path) -> int:
+    """Write Chrome trace JSON (opens in Perfetto); return the number of events."""
+    header, records = read_trace(trace_path)
+    events = list(chrome_events(header, records))
+    try:
+        Path(out_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    except OSError as exc:
+        raise DFlashError(f"{out_path}: cannot write ({exc.strerror}).") from None
+    return len(events)
