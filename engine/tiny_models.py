@@ -173,6 +173,8 @@ def write_oracle_pair(
     first: int,
     second: int,
     extra_eos: Optional[list[int]] = None,
+    third: Optional[int] = None,
+    name: str = "oracle",
 ) -> tuple[Path, Path]:
     """A target and drafter built by hand so that every draft is right.
 
@@ -182,8 +184,10 @@ def write_oracle_pair(
     `second` -> `second`, mask -> `second`. The drafter, silenced too, sees the
     mask embedding at every block position and so drafts `second` everywhere,
     which is exactly what the target then chooses: every round accepts all.
+    With `third`, the target instead alternates `second` -> `third` -> `second`,
+    so every round accepts exactly one draft and then corrects.
     """
-    target_dir, drafter_dir = root / "oracle-target", root / "oracle-drafter"
+    target_dir, drafter_dir = root / f"{name}-target", root / f"{name}-drafter"
     target_dir.mkdir(parents=True, exist_ok=True)
     vocab, eos, mask = _vocab_and_eos(tokenizer_dir)
     config = target_config(vocab, eos, tied=False, layers=2)
@@ -193,12 +197,16 @@ def write_oracle_pair(
     model = build_target_model(config)
     embed = mx.zeros((vocab, hidden))
     embed[:, 0] = 1.0
-    for token, dim in ((first, 1), (second, 2), (mask, 3)):
+    classes = [(first, 1), (second, 2), (mask, 3)] + ([(third, 4)] if third is not None else [])
+    for token, dim in classes:
         embed[token] = mx.zeros((hidden,))
         embed[token, dim] = 1.0
     head = mx.zeros((vocab, hidden))
     head[first, 0] = 1.0
-    head[second, 1:4] = 1.0
+    head[second, 1:5] = 1.0
+    if third is not None:
+        head[second, 2] = 0.0
+        head[third, 2] = 1.0
     model.model.embed_tokens.weight = embed
     model.lm_head.weight = head
     for layer in model.layers:

@@ -1,0 +1,94 @@
+"""Tiny real checkpoints on disk, built once per session, loaded through the users' code path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import engine  # noqa: E402,F401  (optimised BLAS before MLX)
+from engine.session import load_pair  # noqa: E402
+from engine import tiny_models as tm  # noqa: E402
+
+PROMPTS = [
+    "def main():\n    parser = argparse.ArgumentParser(",
+    "import json\n\nclass Decoder:\n",
+    "The quick brown fox",
+    "    return textwrap.dedent(text)",
+]
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(models_root) -> Path:
+    tm.write_tokenizer(models_root / "tokenizer")
+    return models_root / "tokenizer"
+
+
+def _pair_dirs(models_root, tokenizer_dir, name, target_kwargs=None, drafter_kwargs=None, seed=0):
+    target = models_root / f"{name}-target"
+    drafter = models_root / f"{name}-drafter"
+    if not target.exists():
+        tm.write_target(target, tokenizer_dir, seed=seed, **(target_kwargs or {}))
+        tm.write_drafter(drafter, target, seed=seed + 1, **(drafter_kwargs or {}))
+    return target, drafter
+
+
+@pytest.fixture(scope="session")
+def qwen3_tied_dirs(models_root, tokenizer_dir):
+    return _pair_dirs(models_root, tokenizer_dir, "qwen3-tied")
+
+
+@pytest.fixture(scope="session")
+def qwen3_untied_dirs(models_root, tokenizer_dir):
+    return _pair_dirs(models_root, tokenizer_dir, "qwen3-untied", {"tied": False}, {"schema": "newer"}, seed=10)
+
+
+@pytest.fixture(scope="session")
+def llama_dirs(models_root, tokenizer_dir):
+    return _pair_dirs(models_root, tokenizer_dir, "llama", {"model_type": "llama"}, seed=20)
+
+
+@pytest.fixture(scope="session")
+def sliding_dirs(models_root, tokenizer_dir):
+    """Newer-schema drafter mixing sliding (window 8) and full layers."""
+    return _pair_dirs(
+        models_root, tokenizer_dir, "sliding", None,
+        {"schema": "newer", "layers": 2, "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},
+        seed=30,
+    )
+
+
+@pytest.fixture(scope="session")
+def qwen3_pair(qwen3_tied_dirs):
+    return load_pair(*qwen3_tied_dirs)
+
+
+@pytest.fixture(scope="session")
+def oracle_ids(tokenizer_dir):
+    """Two ordinary token ids for the hand-built oracle pair."""
+    return 100, 200
+
+
+@pytest.fixture(scope="session")
+def oracle_dirs(models_root, tokenizer_dir, oracle_ids):
+    return tm.write_oracle_pair(models_root / "oracle", tokenizer_dir, *oracle_ids)
+
+
+@pytest.fixture(scope="session")
+def oracle_eos_dirs(models_root, tokenizer_dir, oracle_ids):
+    """The oracle pair with its second token declared an EOS token."""
+    return tm.write_oracle_pair(models_root / "oracle-eos", tokenizer_dir, *oracle_ids, extra_eos=[oracle_ids[1]])
+
+
+@pytest.fixture(scope="session")
+def alternating_dirs(models_root, tokenizer_dir, oracle_ids):
+    """Oracle whose target alternates second/third: each round accepts exactly one draft."""
+    return tm.write_oracle_pair(models_root / "alt", tokenizer_dir, *oracle_ids, third=300, name="alt")

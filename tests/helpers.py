@@ -1,0 +1,19 @@
+"""Small helpers shared by tests."""
+
+from __future__ import annotations
+
+from engine.events import RoundEvent, SummaryEvent
+from engine.generate import GenerationSettings, generate
+from engine.prompts import encode_prompt
+
+
+def run(pair, prompt, **settings):
+    """(summary, rounds) of one generation of a raw prompt."""
+    ids = encode_prompt(pair.tokenizer, prompt, chat=False) if isinstance(prompt, str) else prompt
+    rounds, summary = [], None
+    for event in generate(pair, ids, GenerationSettings(**settings)):
+        if isinstance(event, RoundEvent):
+            rounds.append(event)
+        elif isinstance(event, SummaryEvent):
+            summary = event
+    return summary, rounds

@@ -1,0 +1,107 @@
+"""The CLI as users run it: generate, parity, bench, export."""
+
+import json
+
+import pytest
+
+from engine.cli import main as cli
+
+from conftest import PROMPTS
+
+
+def pair_args(dirs):
+    return ["--target", str(dirs[0]), "--drafter", str(dirs[1])]
+
+
+def run_json(capsys, argv):
+    assert cli(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_generate_json_fields_and_modes_agree(qwen3_tied_dirs, capsys):
+    base = ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "24", "--json"]
+    df = run_json(capsys, base)
+    ar = run_json(capsys, base + ["--mode", "ar"])
+    for key in ("token_ids", "prompt_token_ids", "text", "mode", "num_generated", "tok_per_s", "prefill_s",
+                "mean_acceptance_length", "num_rounds", "stop_reason"):
+        assert key in df
+    assert df["mode"] == "dflash" and ar["mode"] == "ar"
+    assert df["token_ids"] == ar["token_ids"] and df["num_generated"] == 24
+    assert df["num_rounds"] > 0 and ar["num_rounds"] == 0 and ar["mean_acceptance_length"] is None
+
+
+def test_raw_encodes_like_mlx_lm(qwen3_pair, qwen3_tied_dirs, capsys):
+    out = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[1], "--raw",
+                            "--max-tokens", "2", "--json"])
+    assert out["prompt_token_ids"] == qwen3_pair.tokenizer.encode(PROMPTS[1])
+
+
+def test_chat_is_default_when_template_exists(qwen3_pair, qwen3_tied_dirs, capsys):
+    out = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt", "hi", "--max-tokens", "2", "--json"])
+    text = qwen3_pair.tokenizer.decode(out["prompt_token_ids"])
+    assert text.startswith("<|im_start|>user\nhi") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
+    f = tmp_path / "p.txt"
+    f.write_text(PROMPTS[2])
+    a = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt-file", str(f), "--raw",
+                          "--max-tokens", "4", "--json"])
+    b = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[2], "--raw",
+                          "--max-tokens", "4", "--json"])
+    assert a["prompt_token_ids"] == b["prompt_token_ids"]
+
+
+def test_parity_command(qwen3_tied_dirs, capsys):
+    out = run_json(capsys, ["parity", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[0], "--raw",
+                            "--max-tokens", "32", "--json"])
+    assert out["identical"] is True and out["first_divergence"] is None and out["margin_at_divergence"] is None
+    assert out["speedup"] == pytest.approx(out["dflash_tok_s"] / out["ar_tok_s"], rel=1e-3)
+
+
+def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:2]) + "\n")
+    out = run_json(capsys, ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw",
+                            "--max-tokens", "16", "--repeats", "2", "--json"])
+    assert len(out["per_prompt"]) == 2
+    for row in [out] + out["per_prompt"]:
+        for key in ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms",
+                    "rollback_ms"):
+            assert row[key] is not None and row[key] >= 0, key
+        assert row["speedup"] == pytest.approx(row["dflash_tok_s"] / row["ar_tok_s"], rel=1e-2)
+    assert out["per_prompt"][0]["ar_tokens"] == 2 * 16 and out["identical"] is True
+
+
+def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--max-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "OVERALL" in out and "speedup" in out
+
+
+def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "ok"}\n{"text": "no prompt field"}\n')
+    assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts)]) == 2
+    assert "line 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--max-tokens", "0"], "max tokens"),
+        (["--block-size", "40"], "block size"),
+        (["--temperature", "-2"], "temperature"),
+    ],
+)
+def test_absurd_settings_refused(qwen3_tied_dirs, capsys, extra, words):
+    assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "x", *extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_no_prompt_says_what_to_do(qwen3_tied_dirs, capsys):
+    assert cli(["generate", *pair_args(qwen3_tied_dirs)]) == 2
+    assert "--prompt" in capsys.readouterr().err

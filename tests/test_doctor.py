@@ -1,0 +1,208 @@
+"""Every refused input gets one specific sentence naming the file and the field."""
+
+import json
+import shutil
+
+import pytest
+
+from engine.cli import main as cli
+from engine.doctor import check_pair
+from engine.drafter_config import default_target_layer_ids
+from engine.errors import DFlashError
+from engine.session import load_pair
+
+
+@pytest.fixture
+def pair_copy(qwen3_tied_dirs, tmp_path):
+    target, drafter = qwen3_tied_dirs
+    shutil.copytree(target, tmp_path / "target")
+    shutil.copytree(drafter, tmp_path / "drafter")
+    return tmp_path / "target", tmp_path / "drafter"
+
+
+def edit_config(folder, change):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+
+
+def problem(target, drafter):
+    report = check_pair(target, drafter)
+    assert not report.ok
+    assert len(report.problems) >= 1
+    return report.problems[0]
+
+
+def test_both_schemas_pass(qwen3_tied_dirs, qwen3_untied_dirs):
+    for dirs in (qwen3_tied_dirs, qwen3_untied_dirs):
+        report = check_pair(*dirs)
+        assert report.ok, report.problems
+    assert "rope_theta" not in json.loads((qwen3_untied_dirs[1] / "config.json").read_text())
+
+
+def test_published_default_tap_ids():
+    assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]
+    assert default_target_layer_ids(64, 5) == [1, 16, 31, 46, 61]
+
+
+def test_missing_config(pair_copy):
+    target, drafter = pair_copy
+    (drafter / "config.json").unlink()
+    msg = problem(target, drafter)
+    assert str(drafter / "config.json") in msg and "missing" in msg
+
+
+def test_config_not_json(pair_copy):
+    target, drafter = pair_copy
+    (drafter / "config.json").write_text("{not json")
+    msg = problem(target, drafter)
+    assert "config.json" in msg and "not valid JSON" in msg
+
+
+def test_target_config_missing(pair_copy):
+    target, drafter = pair_copy
+    (target / "config.json").unlink()
+    msg = problem(target, drafter)
+    assert str(target / "config.json") in msg
+
+
+def test_rope_theta_absent_everywhere(pair_copy):
+    target, drafter = pair_copy
+
+    def drop(c):
+        c.pop("rope_theta", None)
+        c["rope_parameters"] = {"rope_type": "default"}
+
+    edit_config(drafter, drop)
+    msg = problem(target, drafter)
+    assert "rope_theta" in msg and "rope_parameters" in msg and "config.json" in msg
+
+
+def test_rope_theta_only_under_rope_parameters_is_read(pair_copy):
+    target, drafter = pair_copy
+
+    def move(c):
+        c["rope_parameters"] = {"rope_theta": 1e7, "rope_type": "default"}
+        c.pop("rope_theta")
+
+    edit_config(drafter, move)
+    report = check_pair(target, drafter)
+    assert report.ok and report.facts["rope_theta"] == 1e7
+
+
+def test_tap_outside_target_layers(pair_copy):
+    target, drafter = pair_copy
+    edit_config(drafter, lambda c: c["dflash_config"].update(target_layer_ids=[1, 9]))
+    msg = problem(target, drafter)
+    assert "target_layer_ids" in msg and "9" in msg and "4 layers" in msg
+
+
+def test_hidden_size_mismatch(pair_copy):
+    target, drafter = pair_copy
+    edit_config(target, lambda c: c.update(hidden_size=128))
+    msg = problem(target, drafter)
+    assert "hidden_size" in msg and "128" in msg
+
+
+def test_vocab_mismatch(pair_copy):
+    target, drafter = pair_copy
+    edit_config(drafter, lambda c: c.update(vocab_size=1000))
+    msg = problem(target, drafter)
+    assert "vocab_size" in msg and "1000" in msg
+
+
+def test_mask_token_outside_vocab(pair_copy):
+    target, drafter = pair_copy
+    edit_config(drafter, lambda c: c["dflash_config"].update(mask_token_id=99999))
+    msg = problem(target, drafter)
+    assert "mask_token_id" in msg and "99999" in msg
+
+
+def test_truncated_safetensors(pair_copy):
+    target, drafter = pair_copy
+    weights = drafter / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    msg = problem(target, drafter)
+    assert "model.safetensors" in msg and "truncated or corrupt" in msg
+
+
+def test_corrupt_target_safetensors(pair_copy):
+    target, drafter = pair_copy
+    (target / "model.safetensors").write_bytes(b"\x00" * 64)
+    msg = problem(target, drafter)
+    assert str(target / "model.safetensors") in msg and "truncated or corrupt" in msg
+
+
+def _rewrite_weights(drafter, change):
+    import mlx.core as mx
+
+    weights = dict(mx.load(str(drafter / "model.safetensors")))
+    change(weights)
+    mx.save_safetensors(str(drafter / "model.safetensors"), weights)
+
+
+def test_missing_tensor(pair_copy):
+    target, drafter = pair_copy
+    _rewrite_weights(drafter, lambda w: w.pop("layers.1.self_attn.k_norm.weight"))
+    msg = problem(target, drafter)
+    assert "layers.1.self_attn.k_norm.weight" in msg and "missing" in msg
+
+
+def test_extra_tensor(pair_copy):
+    import mlx.core as mx
+
+    target, drafter = pair_copy
+    _rewrite_weights(drafter, lambda w: w.update({"lm_head.weight": mx.zeros((4, 4))}))
+    msg = problem(target, drafter)
+    assert "lm_head.weight" in msg and "unexpected" in msg
+
+
+def test_wrong_shape(pair_copy):
+    import mlx.core as mx
+
+    target, drafter = pair_copy
+    _rewrite_weights(drafter, lambda w: w.update({"fc.weight": mx.zeros((64, 64))}))
+    msg = problem(target, drafter)
+    assert "fc.weight" in msg and "[64, 64]" in msg and "[64, 128]" in msg
+
+
+def test_dflash2_refused(pair_copy):
+    import mlx.core as mx
+
+    target, drafter = pair_copy
+    _rewrite_weights(drafter, lambda w: w.update({"candidate_selector.weight": mx.zeros((4,))}))
+    msg = problem(target, drafter)
+    assert "DFlash2" in msg
+
+
+def test_load_pair_raises_the_doctors_sentence(pair_copy):
+    target, drafter = pair_copy
+    edit_config(drafter, lambda c: c.update(vocab_size=7))
+    with pytest.raises(DFlashError, match="vocab_size"):
+        load_pair(target, drafter)
+
+
+def test_cli_doctor_exit_codes(qwen3_tied_dirs, pair_copy, capsys):
+    assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1])]) == 0
+    assert "verdict: ready" in capsys.readouterr().out
+    target, drafter = pair_copy
+    edit_config(drafter, lambda c: c.update(hidden_size=32))
+    assert cli(["doctor", "--target", str(target), "--drafter", str(drafter)]) == 2
+    out = capsys.readouterr().out
+    assert "verdict: cannot run" in out and "hidden_size" in out
+
+
+def test_cli_error_is_one_line_without_traceback(pair_copy, capsys):
+    target, drafter = pair_copy
+    (drafter / "config.json").write_text("[]")
+    code = cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+
+
+def test_missing_folder_and_unknown_id(tmp_path, capsys):
+    code = cli(["doctor", "--target", str(tmp_path / "nope"), "--drafter", str(tmp_path / "nope2")])
+    out = capsys.readouterr().out
+    assert code == 2 and "no such folder" in out

@@ -1,0 +1,89 @@
+"""At T > 0 DFlash must be exact in distribution: speculative sampling against the drafter's q."""
+
+from collections import Counter
+
+import mlx.core as mx
+import pytest
+from scipy.stats import chi2_contingency, chisquare
+
+from engine.errors import SettingsError
+from engine.prompts import encode_prompt
+from engine.sampling import Sampler, SamplingSettings, log_probs
+
+from conftest import PROMPTS
+from helpers import run
+
+ALPHA = 1e-3  # false-alarm rate of each statistical test
+
+
+def test_speculative_verify_gives_target_distribution():
+    """Drafts from q, verified against p: the first committed token is distributed as p."""
+    p_logits = mx.log(mx.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]]))
+    q_logits = mx.log(mx.array([[0.1, 0.6, 0.1, 0.2]]))
+    sampler = Sampler(SamplingSettings(temperature=1.0, seed=7))
+    n = 4000
+    counts = Counter()
+    accepted_any = 0
+    for _ in range(n):
+        drafts, logq = sampler.draft(q_logits)
+        accepted, nxt = sampler.verify(p_logits, drafts, logq).tolist()
+        first = drafts.tolist()[0] if accepted else nxt
+        counts[first] += 1
+        accepted_any += accepted
+    observed = [counts[i] for i in range(4)]
+    expected = [0.5 * n, 0.3 * n, 0.15 * n, 0.05 * n]
+    assert chisquare(observed, expected).pvalue > ALPHA, observed
+    assert 0 < accepted_any < n  # both the accept and the resample paths ran
+
+
+def test_greedy_verify_accepts_matching_prefix():
+    sampler = Sampler(SamplingSettings())
+    logits = mx.array([[0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
+    assert sampler.verify(logits, mx.array([1, 2]), None).tolist() == [2, 0]
+    assert sampler.verify(logits, mx.array([1, 0]), None).tolist() == [1, 2]
+    assert sampler.verify(logits, mx.array([0, 2]), None).tolist() == [0, 1]
+
+
+def test_filters_shape_the_distribution():
+    logits = mx.array([[3.0, 2.0, 1.0, 0.0]])
+    top2 = mx.exp(log_probs(logits, SamplingSettings(temperature=1.0, top_k=2))).tolist()[0]
+    assert top2[2] == 0.0 and top2[3] == 0.0 and abs(sum(top2) - 1) < 1e-6
+    cold = mx.exp(log_probs(logits, SamplingSettings(temperature=0.1))).tolist()[0]
+    assert cold[0] > 0.99
+
+
+def test_dflash_and_ar_sample_the_same_distribution(qwen3_pair):
+    """Joint distribution of the first two generated tokens over many seeds, AR vs DFlash."""
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
+    settings = dict(temperature=1.0, top_k=3, max_tokens=2, block_size=4)
+    n = 300
+    samples = {"ar": Counter(), "dflash": Counter()}
+    for seed in range(n):
+        for mode in samples:
+            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=SamplingSettings(
+                temperature=settings["temperature"], top_k=settings["top_k"], seed=seed),
+                max_tokens=settings["max_tokens"], block_size=settings["block_size"] if mode == "dflash" else None)
+            samples[mode][tuple(summary.token_ids)] += 1
+    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
+    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + [sum(samples[m][k] for k in rare)] for m in ("ar", "dflash")]
+    if not rare:
+        table = [row[:-1] for row in table]
+    assert len(common) >= 3, samples  # the test must see a real distribution, not one outcome
+    assert chi2_contingency(table).pvalue > ALPHA, samples
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        (SamplingSettings(temperature=-1), "temperature"),
+        (SamplingSettings(top_p=0.0), "top-p"),
+        (SamplingSettings(top_k=10**9), "top-k"),
+        (SamplingSettings(min_p=1.5), "min-p"),
+        (SamplingSettings(seed=-3), "seed"),
+    ],
+)
+def test_absurd_sampling_settings_are_refused(settings, field):
+    with pytest.raises(SettingsError, match=field):
+        settings.validate(512)

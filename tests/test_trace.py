@@ -1,0 +1,92 @@
+"""Traces: schema dflash-trace/1, flushed per round, and the Chrome export Perfetto opens."""
+
+import json
+
+import pytest
+
+from engine.cli import main as cli
+from engine.errors import DFlashError
+from engine.events import RoundEvent
+from engine.generate import GenerationSettings, generate
+from engine.prompts import encode_prompt
+from engine.trace import SCHEMA, TraceWriter, read_trace
+
+from conftest import PROMPTS
+
+
+def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
+    trace = tmp_path / "run.jsonl"
+    argv = ["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+            "--prompt", PROMPTS[0], "--raw", "--max-tokens", "30", "--trace", str(trace), "--json"]
+    assert cli(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    header, records = read_trace(trace)
+    assert header["schema"] == SCHEMA
+    for key in ("app_version", "mlx_version", "mlx_lm_version", "device", "target", "drafter", "target_config",
+                "drafter_config", "settings", "prompt_ids"):
+        assert header[key] is not None, key
+    assert header["prompt_ids"] == out["prompt_token_ids"]
+    rounds = [r for r in records if r["type"] == "round"]
+    assert len(rounds) == out["num_rounds"]
+    for r in rounds:
+        for key in ("index", "position", "anchor", "drafted", "accepted", "bonus", "committed", "draft_ms",
+                    "verify_ms", "rollback_ms"):
+            assert key in r
+        assert len(r["drafted"]) <= 15
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["token_ids"] == out["token_ids"]
+    committed = [t for r in rounds for t in r["committed"]]
+    assert [out["token_ids"][0]] + committed == out["token_ids"]
+
+
+def test_trace_is_valid_after_every_round(qwen3_pair, tmp_path):
+    """Each round is on disk before the next starts: a crash leaves a readable prefix."""
+    path = tmp_path / "live.jsonl"
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[1], chat=False)
+    seen = 0
+    with TraceWriter(path) as writer:
+        for event in generate(qwen3_pair, ids, GenerationSettings(max_tokens=20)):
+            writer.write(event)
+            if isinstance(event, RoundEvent):
+                _, records = read_trace(path)
+                assert [r for r in records if r["type"] == "round"][-1]["index"] == event.index
+                seen += 1
+    assert seen > 3
+
+
+def test_torn_last_line_is_dropped(qwen3_pair, tmp_path):
+    path = tmp_path / "torn.jsonl"
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[1], chat=False)
+    with TraceWriter(path) as writer:
+        for event in generate(qwen3_pair, ids, GenerationSettings(max_tokens=10)):
+            writer.write(event)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 20])  # the crash hit mid-write of the summary
+    header, records = read_trace(path)
+    assert records and records[-1]["type"] != "summary"
+
+
+def test_not_a_trace(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(DFlashError, match="dflash-trace/1"):
+        read_trace(bad)
+
+
+def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
+    trace, chrome = tmp_path / "run.jsonl", tmp_path / "run.chrome.json"
+    assert cli(["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", PROMPTS[0], "--raw", "--max-tokens", "30", "--trace", str(trace), "--json"]) == 0
+    n_rounds = json.loads(capsys.readouterr().out)["num_rounds"]
+    assert cli(["export", str(trace), "--chrome", str(chrome)]) == 0
+    events = json.loads(chrome.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    tids = {name: {e["tid"] for e in slices if e["name"] == name} for name in ("draft", "verify", "rollback")}
+    assert all(len(t) == 1 for t in tids.values()) and len(set.union(*tids.values())) == 3
+    assert sum(e["name"] == "verify" for e in slices) == n_rounds
+    for e in slices:
+        assert e["dur"] >= 0 and e["ts"] >= 0
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert {"tok/s", "acceptance length"} <= counters
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"draft", "verify", "rollback"} <= names
