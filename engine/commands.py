@@ -1,4 +1,4 @@
-"""Subcommands contributed by other parts of the project (trainer, window), registered lazily."""
+"""Subcommands contributed by other parts of the project (trainer, window)."""
 
 from __future__ import annotations
 
@@ -9,4 +9,7 @@ EXTRA_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 def register_extra_commands(sub) -> None:
-    """Hook for commands defined outside engine.cli; each adds a parser and a handler."""
+    from engine.training.cli import add_parser, cmd_train_drafter
+
+    add_parser(sub)
+    EXTRA_COMMANDS["train-drafter"] = cmd_train_drafter

@@ -71,7 +71,8 @@ class Attention(nn.Module):
             max_position_embeddings=cfg.max_position_embeddings,
         )
 
-    def _kv(self, x: mx.array, offset: int) -> tuple[mx.array, mx.array]:
+    def context_kv(self, x: mx.array, offset) -> tuple[mx.array, mx.array]:
+        """RoPE'd keys and values of x (B, L, H) at positions offset.. (int, or (B,) array)."""
         B, L, _ = x.shape
         k = self.k_norm(self.k_proj(x).reshape(B, L, self.n_kv_heads, -1)).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
@@ -80,30 +81,51 @@ class Attention(nn.Module):
     def _mask(self, L: int, cache: ContextCache, offset: int) -> Optional[mx.array]:
         if self.window is None and not self.causal:
             return None
-        q_pos = offset + mx.arange(L)
-        block = mx.arange(L)
-        block_ok = block[None, :] <= block[:, None] if self.causal else mx.ones((L, L), mx.bool_)
         ctx_len = 0 if cache.keys is None else cache.keys.shape[2]
-        ctx_ok = mx.ones((L, ctx_len), mx.bool_)
-        if self.window is not None:
-            ctx_pos = cache.start + mx.arange(ctx_len)
-            ctx_ok = (q_pos[:, None] - ctx_pos[None, :]) < self.window
-            block_ok = block_ok & ((block[:, None] - block[None, :]) < self.window)
-        return mx.concatenate([ctx_ok, block_ok], axis=1)
+        return block_mask(L, cache.start + mx.arange(ctx_len), offset, self.window, self.causal)
 
-    def __call__(self, x: mx.array, ctx: Optional[mx.array], cache: ContextCache, offset: int):
+    def attend(self, x: mx.array, offset, ctx_k, ctx_v, mask: Optional[mx.array]) -> mx.array:
+        """Block queries over [context ; block] keys; offset is the anchor position (int or (B,))."""
         B, L, _ = x.shape
-        if ctx is not None and ctx.shape[1] > 0:
-            cache.append(*self._kv(ctx, cache.offset))
         q = self.q_norm(self.q_proj(x).reshape(B, L, self.n_heads, -1)).transpose(0, 2, 1, 3)
         q = self.rope(q, offset=offset)
-        k, v = self._kv(x, offset)
-        if cache.keys is not None:
-            k = mx.concatenate([cache.keys, k], axis=2)
-            v = mx.concatenate([cache.values, v], axis=2)
-        mask = self._mask(L, cache, offset)
+        k, v = self.context_kv(x, offset)
+        if ctx_k is not None:
+            k = mx.concatenate([ctx_k, k], axis=2)
+            v = mx.concatenate([ctx_v, v], axis=2)
         out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+    def __call__(self, x: mx.array, ctx: Optional[mx.array], cache: ContextCache, offset: int):
+        if ctx is not None and ctx.shape[1] > 0:
+            cache.append(*self.context_kv(ctx, cache.offset))
+        mask = self._mask(x.shape[1], cache, offset)
+        return self.attend(x, offset, cache.keys, cache.values, mask)
+
+
+def block_mask(L: int, ctx_pos: mx.array, anchor_pos, window: Optional[int], causal: bool) -> mx.array:
+    """Which keys each block query sees: (L, C + L), or (N, 1, L, C + L) for (N,) anchor positions.
+
+    ctx_pos: absolute positions of the C context keys (for training, all sequence positions:
+    those at or after the anchor are hidden). A sliding layer sees context with
+    query_pos - key_pos < window; inside the block, causal layers see positions <= their own.
+    """
+    block = mx.arange(L)
+    anchor = mx.array(anchor_pos).reshape(-1, 1, 1)  # (N, 1, 1)
+    q_pos = anchor + block[None, :, None]  # (N, L, 1)
+    ctx_ok = ctx_pos[None, None, :] < anchor  # (N, 1, C): only what precedes the anchor
+    if window is not None:
+        ctx_ok = ctx_ok & ((q_pos - ctx_pos[None, None, :]) < window)
+    else:
+        ctx_ok = mx.broadcast_to(ctx_ok, (ctx_ok.shape[0], L, ctx_pos.shape[0]))
+    inner = mx.ones((L, L), mx.bool_)
+    if causal:
+        inner = block[None, :] <= block[:, None]
+    if window is not None:
+        inner = inner & ((block[:, None] - block[None, :]) < window)
+    inner = mx.broadcast_to(inner[None], (ctx_ok.shape[0], L, L))
+    mask = mx.concatenate([ctx_ok, inner], axis=-1)
+    return mask[0] if isinstance(anchor_pos, int) else mask[:, None]
 
 
 class MLP(nn.Module):
@@ -128,6 +150,11 @@ class DecoderLayer(nn.Module):
     def __call__(self, x, ctx, cache, offset):
         # input_layernorm applies to the block stream only, never to the shared context.
         h = x + self.self_attn(self.input_layernorm(x), ctx, cache, offset)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+    def forward_blocks(self, x, ctx_k, ctx_v, offsets, mask):
+        """Many independent blocks at once (training): x (N, L, H), offsets (N,)."""
+        h = x + self.self_attn.attend(self.input_layernorm(x), offsets, ctx_k, ctx_v, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -169,6 +196,28 @@ class DFlashDrafter(nn.Module):
         for layer, c in zip(self.layers, cache):
             h = layer(h, ctx, c, offset)
         return self.norm(h)
+
+
+    def forward_blocks(self, block_embeddings: mx.array, context_taps: mx.array, anchors: mx.array) -> mx.array:
+        """Training forward: A blocks per sequence against that sequence's context.
+
+        block_embeddings: (B, A, L, H); context_taps: (B, S, n_taps * H) for positions 0..S-1;
+        anchors: (B, A) anchor positions. Block j sees only context before its anchor.
+        """
+        B, A, L, H = block_embeddings.shape
+        S = context_taps.shape[1]
+        ctx = self.hidden_norm(self.fc(context_taps))
+        flat_anchors = anchors.reshape(-1)
+        h = block_embeddings.reshape(B * A, L, H)
+        ctx_pos = mx.arange(S)
+        for layer in self.layers:
+            attn = layer.self_attn
+            k, v = attn.context_kv(ctx, 0)  # (B, kv, S, hd), RoPE at true positions
+            k = mx.repeat(k, A, axis=0)
+            v = mx.repeat(v, A, axis=0)
+            mask = block_mask(L, ctx_pos, flat_anchors, attn.window, attn.causal)
+            h = layer.forward_blocks(h, k, v, flat_anchors, mask)
+        return self.norm(h).reshape(B, A, L, H)
 
 
 def _is_causal(cfg: DrafterConfig, layer_type: str) -> bool:

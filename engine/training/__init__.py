@@ -1,0 +1,1 @@
+"""Training DFlash drafters against a frozen target."""

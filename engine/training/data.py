@@ -1,0 +1,61 @@
+"""Training text: plain files, folders of them, or JSONL with a `text` field, as one token stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from engine.errors import DFlashError
+
+TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".html", ".css", ".sh", ".toml"}
+
+
+def _files(spec: str) -> Iterator[Path]:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.suffix == ".jsonl"))
+        if not found:
+            raise DFlashError(f"{path}: the folder holds no text files ({', '.join(sorted(TEXT_SUFFIXES))}, .jsonl).")
+        yield from found
+    elif path.is_file():
+        yield path
+    else:
+        raise DFlashError(f"{path}: no such file or folder for --data.")
+
+
+def read_texts(specs: list[str]) -> list[str]:
+    texts = []
+    for spec in specs:
+        for path in _files(spec):
+            try:
+                content = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DFlashError(f"{path}: cannot read as UTF-8 text ({exc}).") from None
+            if path.suffix == ".jsonl":
+                for n, line in enumerate(content.splitlines(), 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise DFlashError(f"{path}: line {n} is not JSON.") from None
+                    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                        raise DFlashError(f"{path}: line {n} has no string field 'text'.")
+                    texts.append(record["text"])
+            else:
+                texts.append(content)
+    if not any(t.strip() for t in texts):
+        raise DFlashError("the training data holds no text.")
+    return texts
+
+
+def token_stream(tokenizer, texts: list[str], eos_id: int) -> np.ndarray:
+    """All texts tokenized and joined by EOS, as int32."""
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer.encode(text, add_special_tokens=False))
+        ids.append(eos_id)
+    return np.asarray(ids, dtype=np.int32)

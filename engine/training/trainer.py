@@ -1,0 +1,273 @@
+"""Train a DFlash drafter on a frozen target, writing the published checkpoint format.
+
+Each step: the target runs over B sequences of S tokens (taps + its own greedy next
+tokens); A anchor positions per sequence become blocks [anchor, mask...]; the drafter
+predicts the target's greedy tokens at block positions 1..L-1 with loss weights
+exp(-(k-1)/gamma). Batches and anchors come from a generator seeded by (seed, step),
+so a resumed run sees exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from engine.drafter import DFlashDrafter
+from engine.drafter_config import DrafterConfig, default_target_layer_ids, parse_drafter_config
+from engine.errors import DFlashError
+from engine.session import LoadedPair
+from engine.target import install_taps
+
+MASK_TOKEN_NAMES = ("<|mask|>", "<mask>", "<|MASK|>", "[MASK]")
+CHECKPOINT_DIR = "checkpoint"
+
+
+@dataclass
+class TrainSettings:
+    layers: int = 1
+    block_size: int = 16
+    taps: Optional[list[int]] = None  # None: spread evenly, as published drafters do
+    steps: int = 1000
+    batch: int = 8
+    seq_len: int = 256
+    anchors: int = 8
+    lr: float = 1e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    gamma: float = 7.0
+    seed: int = 0
+    intermediate_size: Optional[int] = None
+    eval_every: int = 100
+    eval_fraction: float = 0.05
+
+
+def find_mask_token(tokenizer) -> int:
+    vocab = tokenizer.get_vocab()
+    for name in MASK_TOKEN_NAMES:
+        if name in vocab:
+            return vocab[name]
+    raise DFlashError(
+        "the target's tokenizer has no mask token (looked for " + ", ".join(MASK_TOKEN_NAMES) + "); "
+        "add one to the tokenizer before training a drafter."
+    )
+
+
+def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict:
+    t = {**pair.target_config, **pair.target_config.get("text_config", {})}
+    layers = pair.head.num_layers
+    taps = s.taps or default_target_layer_ids(layers, s.layers)
+    bad = [i for i in taps if not 0 <= i < layers]
+    if bad:
+        raise DFlashError(f"--taps {bad[0]} is outside the target's {layers} layers (0..{layers - 1}).")
+    rope_theta = t.get("rope_theta") or (t.get("rope_parameters") or {}).get("rope_theta")
+    if rope_theta is None:
+        raise DFlashError(f"{pair.target_path / 'config.json'}: the target has no rope_theta to give the drafter.")
+    heads = t["num_attention_heads"]
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": t["hidden_size"],
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": t.get("num_key_value_heads", heads),
+        "head_dim": t.get("head_dim") or t["hidden_size"] // heads,
+        "intermediate_size": s.intermediate_size or t["intermediate_size"],
+        "rms_norm_eps": t.get("rms_norm_eps", 1e-6),
+        "vocab_size": t["vocab_size"],
+        "max_position_embeddings": t.get("max_position_embeddings", 32768),
+        "rope_theta": rope_theta,
+        "tie_word_embeddings": t.get("tie_word_embeddings", False),
+        "num_target_layers": layers,
+        "block_size": s.block_size,
+        "layer_types": ["full_attention"] * s.layers,
+        "dflash_config": {"mask_token_id": mask_id, "target_layer_ids": taps, "block_size": s.block_size},
+    }
+
+
+class DrafterTrainer:
+    def __init__(self, pair: LoadedPair, tokens: np.ndarray, out: Path, s: TrainSettings):
+        self.pair, self.out, self.s = pair, Path(out), s
+        need = s.seq_len + 1
+        n_eval = max(int(len(tokens) * s.eval_fraction), need) if s.eval_fraction > 0 else 0
+        if len(tokens) - n_eval < need:
+            raise DFlashError(
+                f"the training data has {len(tokens)} tokens; --seq-len {s.seq_len} needs at least {need + n_eval}."
+            )
+        if not 2 <= s.block_size <= 16:
+            raise DFlashError(f"--block-size {s.block_size} is outside 2..16.")
+        if s.seq_len <= s.block_size or s.anchors < 1 or s.batch < 1 or s.steps < 1 or s.layers < 1:
+            raise DFlashError("--seq-len must exceed --block-size, and --anchors, --batch, --steps, --layers must be >= 1.")
+        if pair.drafter is not None:
+            raise DFlashError("train a drafter on a target loaded alone, not with another drafter.")
+        self.train_tokens = tokens[: len(tokens) - n_eval]
+        self.eval_tokens = tokens[len(tokens) - n_eval :]
+        self.mask_id = find_mask_token(pair.tokenizer)
+        self.raw_config = drafter_config_for(pair, s, self.mask_id)
+        self.cfg: DrafterConfig = parse_drafter_config(self.raw_config, self.out / "config.json")
+        mx.random.seed(s.seed)
+        self.drafter = DFlashDrafter(self.cfg)
+        self.drafter.set_dtype(pair.head.dtype)
+        self.taps = install_taps(pair.target, self.cfg.target_layer_ids)
+        pair.target.freeze()
+        L = s.block_size
+        self.weights = mx.array([math.exp(-(k - 1) / s.gamma) for k in range(1, L)], dtype=mx.float32)
+        warm = min(s.warmup, max(s.steps - 1, 1))
+        schedule = optim.join_schedules(
+            [optim.linear_schedule(s.lr * 0.01, s.lr, warm), optim.cosine_decay(s.lr, max(s.steps - warm, 1), s.lr * 0.05)],
+            [warm],
+        )
+        self.optimizer = optim.AdamW(learning_rate=schedule, weight_decay=s.weight_decay)
+        self.step = 0
+        self.history: list[dict] = []
+        self._loss_and_grad = nn.value_and_grad(self.drafter, self._loss)
+
+    # ---- data -------------------------------------------------------------------------
+    def _windows(self, tokens: np.ndarray, rng: np.random.Generator, batch: int) -> np.ndarray:
+        starts = rng.integers(0, len(tokens) - self.s.seq_len, size=batch)
+        return np.stack([tokens[i : i + self.s.seq_len] for i in starts])
+
+    def _anchors(self, rng: np.random.Generator, batch: int) -> np.ndarray:
+        # An anchor needs context before it and L - 1 target labels after it inside the window.
+        high = self.s.seq_len - self.s.block_size + 1
+        return np.sort(rng.integers(1, high, size=(batch, self.s.anchors)), axis=1)
+
+    def _target_pass(self, seqs: mx.array) -> tuple[mx.array, mx.array]:
+        """(taps (B, S, k*H), the target's greedy next token at every position (B, S))."""
+        self.taps.recording = True
+        logits = self.pair.target(seqs)
+        self.taps.recording = False
+        taps = mx.stop_gradient(self.taps.concatenated())
+        greedy = mx.argmax(logits, axis=-1)
+        self.taps.outputs = {}
+        return taps, greedy
+
+    def _blocks(self, seqs: mx.array, greedy: mx.array, anchors: mx.array):
+        B, A = anchors.shape
+        L = self.s.block_size
+        anchor_ids = mx.take_along_axis(seqs, anchors, axis=1)  # (B, A)
+        ids = mx.concatenate(
+            [anchor_ids[..., None], mx.full((B, A, L - 1), self.mask_id, dtype=anchor_ids.dtype)], axis=-1
+        )
+        emb = self.pair.head.embed(ids.reshape(B, A * L)).reshape(B, A, L, -1)
+        # Label at block position k (1..L-1): the target's greedy token after position anchor + k - 1.
+        label_pos = anchors[..., None] + mx.arange(L - 1)[None, None, :]
+        labels = mx.take_along_axis(greedy, label_pos.reshape(B, -1), axis=1).reshape(B, A, L - 1)
+        return emb, labels
+
+    def _loss(self, emb, taps, anchors, labels):
+        hidden = self.drafter.forward_blocks(emb, taps, anchors)
+        logits = self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
+        ce = nn.losses.cross_entropy(logits, labels, reduction="none")  # (B, A, L-1)
+        w = self.weights
+        return (ce * w).sum() / (w.sum() * ce.shape[0] * ce.shape[1])
+
+    def batch(self, tokens: np.ndarray, rng: np.random.Generator, batch: int):
+        seqs = mx.array(self._windows(tokens, rng, batch))
+        anchors = mx.array(self._anchors(rng, batch))
+        taps, greedy = self._target_pass(seqs)
+        emb, labels = self._blocks(seqs, greedy, anchors)
+        return emb, taps, anchors, labels
+
+    # ---- steps ------------------------------------------------------------------------
+    def train_step(self) -> float:
+        rng = np.random.default_rng([self.s.seed, self.step])
+        emb, taps, anchors, labels = self.batch(self.train_tokens, rng, self.s.batch)
+        mx.eval(emb, taps, labels)
+        loss, grads = self._loss_and_grad(emb, taps, anchors, labels)
+        self.optimizer.update(self.drafter, grads)
+        mx.eval(loss, self.drafter.parameters(), self.optimizer.state)
+        self.step += 1
+        return float(loss.item())
+
+    def evaluate(self, batches: int = 4) -> dict:
+        """Held-out loss and a teacher-forced tau estimate (1 + leading correct drafts)."""
+        rng = np.random.default_rng([self.s.seed, 10**9])
+        tokens = self.eval_tokens if len(self.eval_tokens) > self.s.seq_len else self.train_tokens
+        losses, taus = [], []
+        for _ in range(batches):
+            emb, taps, anchors, labels = self.batch(tokens, rng, self.s.batch)
+            hidden = self.drafter.forward_blocks(emb, taps, anchors)
+            logits = self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
+            ce = nn.losses.cross_entropy(logits, labels, reduction="none")
+            losses.append(float(((ce * self.weights).sum() / (self.weights.sum() * ce.shape[0] * ce.shape[1])).item()))
+            right = (mx.argmax(logits, axis=-1) == labels).astype(mx.int32)
+            taus.append(float((1 + mx.cumprod(right, axis=-1).sum(axis=-1)).mean().item()))
+        return {"eval_loss": round(float(np.mean(losses)), 4), "tau_estimate": round(float(np.mean(taus)), 3)}
+
+    # ---- files ------------------------------------------------------------------------
+    def save_drafter(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        weights = dict(tree_flatten(self.drafter.parameters()))
+        mx.save_safetensors(str(folder / "model.safetensors"), weights)
+        (folder / "config.json").write_text(json.dumps(self.raw_config, indent=2))
+
+    def save_checkpoint(self) -> Path:
+        ckpt = self.out / CHECKPOINT_DIR
+        tmp = self.out / (CHECKPOINT_DIR + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.save_drafter(tmp)
+        mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state)))
+        state = {"step": self.step, "settings": asdict(self.s), "history": self.history}
+        (tmp / "state.json").write_text(json.dumps(state, indent=2))
+        if ckpt.exists():
+            old = self.out / (CHECKPOINT_DIR + ".old")
+            ckpt.rename(old)
+            tmp.rename(ckpt)
+            for f in old.iterdir():
+                f.unlink()
+            old.rmdir()
+        else:
+            tmp.rename(ckpt)
+        return ckpt
+
+    def resume(self) -> bool:
+        ckpt = self.out / CHECKPOINT_DIR
+        if not (ckpt / "state.json").is_file():
+            return False
+        state = json.loads((ckpt / "state.json").read_text())
+        saved = state["settings"]
+        for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr"):
+            if saved.get(key) != getattr(self.s, key):
+                raise DFlashError(
+                    f"{ckpt / 'state.json'}: the checkpoint was made with {key}={saved.get(key)}, "
+                    f"not {getattr(self.s, key)}; resume with the same settings or use a new --out."
+                )
+        self.drafter.load_weights(str(ckpt / "model.safetensors"))
+        self.optimizer.state = tree_unflatten(list(mx.load(str(ckpt / "optimizer.safetensors")).items()))
+        self.step = state["step"]
+        self.history = state["history"]
+        return True
+
+    def run(
+        self,
+        checkpoint_every: int = 100,
+        on_step: Callable[[int, float], None] = lambda step, loss: None,
+        on_eval: Callable[[dict], None] = lambda record: None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Train to `steps`, checkpointing as it goes; an interruption saves before it propagates."""
+        try:
+            while self.step < self.s.steps and not should_stop():
+                loss = self.train_step()
+                on_step(self.step, loss)
+                if self.step % self.s.eval_every == 0 or self.step == self.s.steps:
+                    record = {"step": self.step, "train_loss": round(loss, 4), **self.evaluate()}
+                    self.history.append(record)
+                    on_eval(record)
+                if self.step % checkpoint_every == 0:
+                    self.save_checkpoint()
+        except KeyboardInterrupt:
+            self.save_checkpoint()
+            raise
+        self.save_checkpoint()
+        self.save_drafter(self.out)
