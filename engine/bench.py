@@ -47,6 +47,22 @@ def _run(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
     return summary, rounds
 
 
+def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
+    """mlx-lm's own greedy stream_generate on the same model and prompt: its generation tok/s."""
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    from engine.generate import STREAM
+
+    if pair.taps is not None:
+        pair.taps.recording = False
+    last = None
+    with mx.stream(STREAM):
+        for last in stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=max_tokens):
+            pass
+    return float(last.generation_tps)
+
+
 def _mean(values: list[float]) -> Optional[float]:
     return round(statistics.fmean(values), 4) if values else None
 
@@ -76,6 +92,7 @@ def run_bench(
     repeats: int = 1,
     progress: Callable[[str], None] = lambda msg: None,
     cancel: Optional[CancelToken] = None,
+    with_mlx_lm: bool = False,
 ) -> dict:
     """Warm up, then per prompt and repeat run AR then DFlash; overall and per-prompt figures."""
     if repeats < 1:
@@ -85,21 +102,34 @@ def run_bench(
     progress("warm-up")
     _run(pair, warm_ids, replace(ar_settings, max_tokens=min(16, settings.max_tokens)), cancel)
     _run(pair, warm_ids, replace(df_settings, max_tokens=min(32, settings.max_tokens)), cancel)
-    per_prompt, all_ar, all_df, all_rounds = [], [], [], []
+    if with_mlx_lm:
+        mlx_lm_tok_s(pair, warm_ids, min(16, settings.max_tokens))
+    per_prompt, all_ar, all_df, all_rounds, ratios = [], [], [], [], []
     for n, (text, ids) in enumerate(prompts, 1):
-        ar_runs, df_runs, rounds = [], [], []
+        ar_runs, df_runs, rounds, reference = [], [], [], []
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
             ar_runs.append(_run(pair, ids, ar_settings, cancel)[0])
             summary, rs = _run(pair, ids, df_settings, cancel)
             df_runs.append(summary)
             rounds += rs
-        per_prompt.append({"prompt": text, "prompt_tokens": len(ids), **_figures(ar_runs, df_runs, rounds)})
+            if with_mlx_lm:
+                reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
+        row = {"prompt": text, "prompt_tokens": len(ids), **_figures(ar_runs, df_runs, rounds)}
+        if with_mlx_lm:
+            # Medians over repeats; the ratio says whether our AR baseline is as fast as mlx-lm's.
+            row["mlx_lm_tok_s"] = round(statistics.median(reference), 3)
+            row["ar_vs_mlx_lm"] = round(statistics.median(s.tok_per_s for s in ar_runs) / row["mlx_lm_tok_s"], 4)
+            ratios.append(row["ar_vs_mlx_lm"])
+        per_prompt.append(row)
         all_ar += ar_runs
         all_df += df_runs
         all_rounds += rounds
+    overall = _figures(all_ar, all_df, all_rounds)
+    if with_mlx_lm:
+        overall["ar_vs_mlx_lm"] = round(statistics.median(ratios), 4)
     return {
-        **_figures(all_ar, all_df, all_rounds),
+        **overall,
         "prompts": len(prompts),
         "repeats": repeats,
         "max_tokens": settings.max_tokens,

@@ -10,6 +10,10 @@ the libgfortran that the mlx[cpu] wheel already ships (renamed by auditwheel):
 a copy in the user cache whose SONAME is rewritten to ``libgfortran.so.5``,
 so the dynamic loader accepts it for OpenBLAS's dependency.
 
+OpenBLAS runs single-threaded unless ``OPENBLAS_NUM_THREADS`` is set: its spinning
+worker threads fight MLX's own CPU thread (and anything else running), which made
+decoding several times slower here with two threads on two cores.
+
 Set ``DFLASH_NO_OPENBLAS=1`` to turn all of this off.
 """
 
@@ -96,10 +100,11 @@ def preload() -> str:
         if lib is None:
             status = "unavailable: cmeel-openblas is not installed"
         else:
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read by OpenBLAS when it loads
             try:
                 _load_gfortran()
                 ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
-                status = f"openblas ({lib})"
+                status = f"openblas, {os.environ['OPENBLAS_NUM_THREADS']} thread(s) ({lib})"
             except OSError as exc:
                 status = f"unavailable: {exc}"
     return status

@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--raw", action="store_true")
     fmt.add_argument("--chat", action="store_true")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--with-mlx-lm", action="store_true", help="also time mlx-lm's own generate (AR reference)")
 
     d = sub.add_parser("doctor", help="can this drafter run with this target?")
     _add_model_args(d)
@@ -220,7 +221,8 @@ def cmd_bench(args) -> int:
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
     args.top_p, args.top_k, args.min_p = 1.0, 0, 0.0
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
-    result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress)
+    result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress,
+                       with_mlx_lm=args.with_mlx_lm)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -229,6 +231,8 @@ def cmd_bench(args) -> int:
     for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
+    if args.with_mlx_lm:
+        print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
     if not result["identical"] and args.temperature == 0:
         print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
     return 0

@@ -8,11 +8,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Optional
 
 import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
 from engine.output import OutputTracker
+from engine.rollback import make_rollback
 from engine.sampling import Sampler, SamplingSettings
 from engine.session import LoadedPair
 
@@ -164,6 +165,7 @@ def _dflash_rounds(pair, cache, sampler, out, anchor, position, context, block, 
     drafter, head, taps = pair.drafter, pair.head, pair.taps
     mask_id = drafter.cfg.mask_token_id
     dcache = drafter.make_cache()
+    rollback = make_rollback(pair.target, cache)
     pending = [context] if context is not None else []
     index = 0
     while not cancel.cancelled:
@@ -180,6 +182,7 @@ def _dflash_rounds(pair, cache, sampler, out, anchor, position, context, block, 
         t1 = time.perf_counter()
 
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
+        rollback.before_verify()
         taps.recording = block > 1
         logits = pair.target(verify_ids[None], cache=cache)[0]
         taps.recording = False
@@ -189,9 +192,7 @@ def _dflash_rounds(pair, cache, sampler, out, anchor, position, context, block, 
         accepted, bonus = result.tolist()
         t2 = time.perf_counter()
 
-        trim = length - accepted - 1
-        if trim:
-            trim_prompt_cache(cache, trim)
+        rollback.after_verify(accepted, length)
         if new_taps is not None:
             pending.append(new_taps[:, : accepted + 1])
         t3 = time.perf_counter()

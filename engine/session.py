@@ -11,6 +11,7 @@ import mlx.nn as nn
 from engine.doctor import check_pair
 from engine.drafter import DFlashDrafter, load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
+from engine.rollback import rollback_kind
 from engine.target import TapRecorder, TargetHead, install_taps, load_target
 
 ProgressFn = Callable[[str, float], None]
@@ -39,7 +40,7 @@ class LoadedPair:
             "hidden_size": self.head.hidden_size,
             "vocab_size": self.head.vocab_size,
             "dtype": str(self.head.dtype).replace("mlx.core.", ""),
-            "rollback": "kv-trim",
+            "rollback": rollback_kind(self.target),
         }
         if self.drafter is not None:
             cfg = self.drafter.cfg

@@ -1,0 +1,448 @@
+"""Build the demo *target*: a small Qwen3 trained on the Python standard library.
+
+Steps: collect the corpus (corpus.py), train a byte-level BPE tokenizer with an
+EOS and a mask token (engine.tokenizer_files), train a Qwen3 model from mlx-lm
+with next-token cross-entropy, then write a Hugging Face / mlx-lm folder
+(config.json, model.safetensors, tokenizer files, MODEL_CARD.md) and check that
+`mlx_lm.load` reads it back.
+
+Checkpoints (weights + optimizer state + step + RNG state) go to --run-dir every
+--ckpt-every steps; `--resume` continues a killed run without losing anything.
+
+    python resources/models/recipe/build_demo_target.py \
+        --out resources/models/demo-target --run-dir runs/demo-target --steps 800
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+for p in (str(REPO), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+# One BLAS thread: on this 2-core CPU, a multi-threaded OpenBLAS next to any other busy
+# process spins and slows down ~10x (measured 34 s/step vs 3.8 s/step). Override via env.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
+from engine.tokenizer_files import EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
+
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+import mlx.optimizers as optim  # noqa: E402
+import numpy as np  # noqa: E402
+from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
+from mlx_lm.models.qwen3 import Model, ModelArgs  # noqa: E402
+
+import corpus  # noqa: E402
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "resources/models/demo-target"))
+    ap.add_argument("--run-dir", default=str(REPO / "runs/demo-target"), help="checkpoints, token cache")
+    ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
+    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-compile", action="store_true")
+    # model
+    ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--hidden-size", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--intermediate-size", type=int, default=768)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--max-position-embeddings", type=int, default=2048)
+    ap.add_argument("--sample-tokens", type=int, default=120)
+    return ap.parse_args(argv)
+
+
+# ---------------------------------------------------------------- data
+
+
+def prepare_data(args, run_dir: Path) -> dict:
+    """Tokenizer + token streams, cached in run_dir so a resumed run reuses them exactly."""
+    tok_dir = run_dir / "tokenizer"
+    meta_path = run_dir / "data.json"
+    if args.resume and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        train_ids = np.load(run_dir / "train_tokens.npy")
+        held_ids = np.load(run_dir / "heldout_tokens.npy")
+        log(f"data: reusing cache in {run_dir} ({len(train_ids)} train tokens)")
+        return {**meta, "train_ids": train_ids, "held_ids": held_ids, "tok_dir": tok_dir}
+
+    train, held = corpus.load_corpus()
+    texts = [t for _, t in train]
+    t0 = time.time()
+    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    eos = specials[EOS_TOKEN]
+
+    def stream(docs):
+        out = []
+        for enc in tok.encode_batch(docs):
+            out.extend(enc.ids)
+            out.append(eos)
+        return np.asarray(out, dtype=np.int32)
+
+    train_ids = stream(texts)
+    held_ids = stream([t for _, t in held])
+    log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s; "
+        f"{len(train_ids)} train tokens, {len(held_ids)} held-out tokens")
+    meta = {
+        "python_version": corpus.python_version(),
+        "stdlib": str(corpus.stdlib_dir()),
+        "train_files": len(train),
+        "train_chars": sum(len(t) for t in texts),
+        "train_tokens": int(len(train_ids)),
+        "heldout_files": [r for r, _ in held],
+        "heldout_tokens": int(len(held_ids)),
+        "vocab_size": tok.get_vocab_size(),
+        "special_ids": specials,
+    }
+    np.save(run_dir / "train_tokens.npy", train_ids)
+    np.save(run_dir / "heldout_tokens.npy", held_ids)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return {**meta, "train_ids": train_ids, "held_ids": held_ids, "tok_dir": tok_dir}
+
+
+def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int):
+    starts = rng.integers(0, len(ids) - seq_len - 1, size=batch)
+    rows = np.stack([ids[s : s + seq_len + 1] for s in starts])
+    return mx.array(rows[:, :-1]), mx.array(rows[:, 1:])
+
+
+# ---------------------------------------------------------------- model
+
+
+def model_config(args, data) -> dict:
+    eos = data["special_ids"][EOS_TOKEN]
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.intermediate_size,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads,
+        "num_key_value_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "hidden_act": "silu",
+        "vocab_size": data["vocab_size"],
+        "max_position_embeddings": args.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": args.rope_theta,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": args.layers,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "pad_token_id": eos,
+        "mask_token_id": data["special_ids"][MASK_TOKEN],
+        "torch_dtype": "float32",
+    }
+
+
+def build_model(cfg: dict) -> Model:
+    margs = ModelArgs(
+        model_type="qwen3",
+        hidden_size=cfg["hidden_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        intermediate_size=cfg["intermediate_size"],
+        num_attention_heads=cfg["num_attention_heads"],
+        rms_norm_eps=cfg["rms_norm_eps"],
+        vocab_size=cfg["vocab_size"],
+        num_key_value_heads=cfg["num_key_value_heads"],
+        max_position_embeddings=cfg["max_position_embeddings"],
+        head_dim=cfg["head_dim"],
+        tie_word_embeddings=True,
+        rope_theta=cfg["rope_theta"],
+    )
+    return Model(margs)
+
+
+def lr_schedule(args):
+    warm = optim.linear_schedule(args.lr * 0.01, args.lr, max(args.warmup, 1))
+    decay = optim.cosine_decay(args.lr, max(args.steps - args.warmup, 1), args.lr * args.min_lr_ratio)
+    return optim.join_schedules([warm, decay], [max(args.warmup, 1)])
+
+
+def heldout_loss(model: Model, ids: np.ndarray, seq_len: int, batch: int = 16) -> float:
+    n = (len(ids) - 1) // seq_len
+    x_all = ids[: n * seq_len].reshape(n, seq_len)
+    y_all = ids[1 : n * seq_len + 1].reshape(n, seq_len)
+    total, count = 0.0, 0
+    for i in range(0, n, batch):
+        x, y = mx.array(x_all[i : i + batch]), mx.array(y_all[i : i + batch])
+        loss = nn.losses.cross_entropy(model(x), y, reduction="sum")
+        total += loss.item()
+        count += y.size
+    return total / count
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(run_dir: Path, model, opt, step: int, rng, extra: dict) -> None:
+    name = f"ckpt-{step:06d}"
+    tmp = run_dir / (name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    mx.save_safetensors(str(tmp / "weights.safetensors"), dict(tree_flatten(model.parameters())))
+    mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(opt.state)))
+    # The numpy generator draws every batch; MLX's RNG is only used for the initial
+    # weights (no dropout), so the weights + optimizer + numpy state are the whole run state.
+    state = {"step": step, "np_rng": rng.bit_generator.state, **extra}
+    (tmp / "state.json").write_text(json.dumps(state, indent=2))
+    final = run_dir / name
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    latest_tmp = run_dir / "latest.json.tmp"
+    latest_tmp.write_text(json.dumps({"checkpoint": name, "step": step}))
+    os.replace(latest_tmp, run_dir / "latest.json")
+    done = sorted(p for p in run_dir.glob("ckpt-*") if p.is_dir() and not p.name.endswith(".tmp"))
+    for old in done[:-2]:  # keep the newest two
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(run_dir: Path, model, opt, rng) -> dict:
+    name = json.loads((run_dir / "latest.json").read_text())["checkpoint"]
+    ck = run_dir / name
+    model.load_weights(str(ck / "weights.safetensors"), strict=True)
+    opt.state = tree_unflatten(list(mx.load(str(ck / "optimizer.safetensors")).items()))
+    opt.init(model.trainable_parameters())
+    state = json.loads((ck / "state.json").read_text())
+    rng.bit_generator.state = state["np_rng"]
+    mx.eval(model.parameters(), opt.state)
+    log(f"resumed from {ck} at step {state['step']}")
+    return state
+
+
+# ---------------------------------------------------------------- output
+
+
+def write_output(args, cfg, data, model, out: Path, report: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.astype(mx.float32) for k, v in tree_flatten(model.parameters())}
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(data["tok_dir"] / name, out / name)
+    log(f"wrote {out}")
+
+
+def verify_and_sample(out: Path, prompts: list[str], max_tokens: int) -> list[tuple[str, str]]:
+    import mlx_lm
+
+    model, tokenizer = mlx_lm.load(str(out))
+    samples = []
+    for p in prompts:
+        text = mlx_lm.generate(model, tokenizer, prompt=p, max_tokens=max_tokens, verbose=False)
+        samples.append((p, text))
+    return samples
+
+
+def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
+    n_params = report["params"]
+    size_mb = (out / "model.safetensors").stat().st_size / 1e6
+    fib = samples[0]
+    lines = [
+        "# demo-target",
+        "",
+        "A small Qwen3-architecture causal LM trained from scratch on the Python standard",
+        "library's source code. It is the *target* of the DFlash Playground demo pair.",
+        "Built by `resources/models/recipe/build_demo_target.py`.",
+        "",
+        "## Corpus",
+        "",
+        f"- Python {data['python_version']} standard library (`{data['stdlib']}`), `.py` files only,",
+        "  excluding `site-packages`, `test`/`tests`/`idlelib`/`lib2to3` folders and test files",
+        "  (see `resources/models/recipe/corpus.py`). Files sorted by path, joined with `<|endoftext|>`.",
+        f"- Training files: {data['train_files']} ({data['train_chars'] / 1e6:.1f} M characters, "
+        f"{data['train_tokens']:,} tokens).",
+        f"- Held out (not used for tokenizer or training): {', '.join(data['heldout_files'])} "
+        f"({data['heldout_tokens']:,} tokens).",
+        "",
+        "## Tokenizer",
+        "",
+        f"- Byte-level BPE, vocab {data['vocab_size']}; specials: "
+        + ", ".join(f"`{k}`={v}" for k, v in data["special_ids"].items())
+        + ". `<|mask|>` is never seen in training; it is for the DFlash drafter.",
+        "",
+        "## Model",
+        "",
+        f"- Qwen3: hidden {cfg['hidden_size']}, {cfg['num_hidden_layers']} layers, "
+        f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, head_dim {cfg['head_dim']}, "
+        f"intermediate {cfg['intermediate_size']}, rope_theta {cfg['rope_theta']:g}, tied embeddings, float32.",
+        f"- Parameters: {n_params:,} ({size_mb:.1f} MB `model.safetensors`).",
+        "",
+        "## Training",
+        "",
+        f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens "
+        f"({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
+        f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows).",
+        f"- AdamW lr {args.lr:g} (linear warm-up {args.warmup} steps, cosine to {args.lr * args.min_lr_ratio:g}), "
+        f"weight decay {args.weight_decay}, grad clip {args.grad_clip}.",
+        f"- OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}.",
+        f"- Seed {args.seed} (mlx init and numpy batch sampler). MLX {mx.__version__}, CPU.",
+        f"- Wall time (training loop): {report['train_wall_s'] / 60:.1f} min; "
+        f"mean step {report['train_wall_s'] / max(report['steps_run_total'], 1):.2f} s.",
+        f"- Final train loss (mean of last {report['train_loss_window']} steps): {report['final_train_loss']:.3f}.",
+        f"- Held-out loss: {report['heldout_loss']:.3f} (perplexity {math.exp(report['heldout_loss']):.1f}).",
+        "",
+        "## Sample (greedy, `mlx_lm.generate`)",
+        "",
+        "```python",
+        fib[0] + fib[1],
+        "```",
+        "",
+    ]
+    (out / "MODEL_CARD.md").write_text("\n".join(lines))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    out, run_dir = Path(args.out), Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.resume and not (run_dir / "latest.json").exists():
+        log("--resume: no checkpoint found, starting fresh")
+        args.resume = False
+    if not args.resume:
+        for old in list(run_dir.glob("ckpt-*")) + [run_dir / "latest.json"]:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    (run_dir / ("run_args.json" if not args.resume else "run_args.resume.json")).write_text(
+        json.dumps(vars(args), indent=2))
+
+    mx.random.seed(args.seed)
+    rng = np.random.Generator(np.random.PCG64(args.seed))
+    data = prepare_data(args, run_dir)
+    cfg = model_config(args, data)
+    model = build_model(cfg)
+    mx.eval(model.parameters())
+    n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
+    log(f"model: {n_params:,} params ({n_params * 4 / 1e6:.1f} MB fp32)")
+
+    opt = optim.AdamW(learning_rate=lr_schedule(args), weight_decay=args.weight_decay)
+    opt.init(model.trainable_parameters())
+
+    start_step, prev_wall, steps_run_total, recent = 0, 0.0, 0, []
+    if args.resume:
+        st = load_checkpoint(run_dir, model, opt, rng)
+        start_step, prev_wall = st["step"], st.get("train_wall_s", 0.0)
+        steps_run_total, recent = st.get("steps_run_total", st["step"]), st.get("recent_losses", [])
+
+    def loss_fn(model, x, y):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    state = [model.state, opt.state]
+
+    def step_fn(x, y):
+        loss, grads = loss_and_grad(model, x, y)
+        if args.grad_clip > 0:
+            grads, _ = optim.clip_grad_norm(grads, args.grad_clip)
+        opt.update(model, grads)
+        return loss
+
+    if not args.no_compile:
+        step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
+
+    tokens_per_step = args.batch_size * args.seq_len
+    heldout = None
+    t_start = time.time()
+    t_window = time.time()
+    t_aside = 0.0  # time spent on evals and checkpoints, kept out of the step timings
+    for step in range(start_step + 1, args.steps + 1):
+        x, y = sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len)
+        loss = step_fn(x, y)
+        mx.eval(loss, state)
+        recent = (recent + [loss.item()])[-50:]
+        steps_run_total += 1
+        if step % args.log_every == 0 or step == start_step + 1 or step == args.steps:
+            now = time.time()
+            n_done = step - start_step
+            per_step = (now - t_start - t_aside) / n_done  # training steps only
+            win = now - t_window
+            t_window = now
+            n_win = args.log_every if step % args.log_every == 0 else 1
+            log(f"step {step}/{args.steps} loss {recent[-1]:.3f} avg10 {np.mean(recent[-10:]):.3f} "
+                f"lr {float(opt.learning_rate):.2e} {tokens_per_step * n_win / max(win, 1e-9):.0f} tok/s "
+                f"{per_step:.2f} s/step elapsed {(prev_wall + now - t_start) / 60:.1f}m "
+                f"ETA {per_step * (args.steps - step) / 60:.1f}m")
+        if args.eval_every and step % args.eval_every == 0 and step != args.steps:
+            te = time.time()
+            heldout = heldout_loss(model, data["held_ids"], args.seq_len)
+            log(f"step {step} held-out loss {heldout:.3f} ({time.time() - te:.1f}s)")
+            t_aside += time.time() - te
+            t_window += time.time() - te
+        if step % args.ckpt_every == 0 or step == args.steps:
+            tc = time.time()
+            save_checkpoint(run_dir, model, opt, step, rng, {
+                "train_wall_s": prev_wall + time.time() - t_start,
+                "steps_run_total": steps_run_total,
+                "recent_losses": recent,
+            })
+            t_aside += time.time() - tc
+            t_window += time.time() - tc
+    train_wall = prev_wall + time.time() - t_start
+
+    heldout = heldout_loss(model, data["held_ids"], args.seq_len)
+    final_train = float(np.mean(recent[-50:])) if recent else float("nan")
+    log(f"final: train loss {final_train:.3f} held-out loss {heldout:.3f} wall {train_wall / 60:.1f}m")
+    report = {
+        "params": n_params, "steps": args.steps, "steps_run_total": steps_run_total,
+        "train_wall_s": train_wall, "final_train_loss": final_train,
+        "train_loss_window": min(len(recent), 50), "heldout_loss": heldout,
+    }
+    write_output(args, cfg, data, model, out, report)
+
+    prompts = [json.loads(l)["prompt"] for l in (HERE / "eval_prompts.jsonl").read_text().splitlines() if l.strip()]
+    samples = verify_and_sample(out, prompts, args.sample_tokens)
+    for p, s in samples:
+        log("=" * 60 + "\n" + p + s)
+    write_model_card(out, args, cfg, data, report, samples)
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    log(f"done: {out} ({(out / 'model.safetensors').stat().st_size / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()
