@@ -52,7 +52,7 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
-    from engine.generate import STREAM
+    from engine.streams import STREAM
 
     if pair.taps is not None:
         pair.taps.recording = False

@@ -16,9 +16,8 @@ from engine.output import OutputTracker
 from engine.rollback import make_rollback
 from engine.sampling import Sampler, SamplingSettings
 from engine.session import LoadedPair
+from engine.streams import STREAM
 
-# A stream per thread: MLX refuses to evaluate on another thread's stream.
-STREAM = mx.new_thread_local_stream(mx.default_device())
 PREFILL_STEP = 2048
 MAX_BLOCK = 16
 

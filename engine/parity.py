@@ -9,8 +9,9 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from engine.events import Event, SummaryEvent
-from engine.generate import STREAM, CancelToken, GenerationSettings, generate, prefill
+from engine.generate import CancelToken, GenerationSettings, generate, prefill
 from engine.session import LoadedPair
+from engine.streams import STREAM
 
 
 @dataclass

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import mlx.core as mx
 import mlx.nn as nn
 
 from engine.doctor import check_pair
 from engine.drafter import DFlashDrafter, load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
 from engine.rollback import rollback_kind
+from engine.streams import STREAM
 from engine.target import TapRecorder, TargetHead, install_taps, load_target
 
 ProgressFn = Callable[[str, float], None]
@@ -61,6 +63,11 @@ def load_pair(
     should_cancel: Callable[[], bool] = lambda: False,
 ) -> LoadedPair:
     """Check, then load. Raises DFlashError with the doctor's sentence when the pair cannot run."""
+    with mx.stream(STREAM):
+        return _load_pair(target, drafter, progress, should_cancel)
+
+
+def _load_pair(target, drafter, progress, should_cancel) -> LoadedPair:
     say = progress or (lambda stage, frac: None)
 
     def stage(name: str, frac: float) -> None:

@@ -147,3 +147,21 @@ def test_partial_accept_then_correction(alternating_dirs, oracle_ids):
     assert df.mean_acceptance_length == 2.0
     assert df.acceptance_histogram[1] == len(rounds) == 10
     assert df.per_position_acceptance[:2] == [1.0, 0.0]
+
+
+def test_loading_from_a_worker_thread(qwen3_tied_dirs):
+    """The app loads models on its worker thread; that needs the engine's thread-local stream."""
+    box = {}
+
+    def work():
+        try:
+            pair = load_pair(*qwen3_tied_dirs)
+            box["summary"], _ = run(pair, PROMPTS[2], max_tokens=8)
+        except Exception as exc:  # surfaced below
+            box["error"] = exc
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert "error" not in box, box.get("error")
+    assert box["summary"].num_generated == 8
