@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Optional
 
 import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache
 
 from engine.errors import SettingsError
 from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
@@ -16,6 +15,7 @@ from engine.output import OutputTracker
 from engine.rollback import make_rollback
 from engine.sampling import Sampler, SamplingSettings
 from engine.session import LoadedPair
+from engine.target import make_target_cache
 from engine.streams import STREAM
 
 PREFILL_STEP = 2048
@@ -110,7 +110,7 @@ def _generate(pair, prompt_ids, settings, cancel) -> Iterator[Event]:
     mx.reset_peak_memory()
     sampler = Sampler(settings.sampling)
     out = OutputTracker(pair.tokenizer, settings.max_tokens, settings.stop_strings)
-    cache = make_prompt_cache(pair.target)
+    cache = make_target_cache(pair.target)
 
     t_start = time.perf_counter()
     last_logits, context = prefill(pair, cache, prompt_ids, record)

@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache
 
 from engine.events import Event, SummaryEvent
 from engine.generate import CancelToken, GenerationSettings, generate, prefill
 from engine.session import LoadedPair
+from engine.target import make_target_cache
 from engine.streams import STREAM
 
 
@@ -50,7 +50,7 @@ def first_divergence(a: list[int], b: list[int]) -> Optional[int]:
 def logit_margin(pair: LoadedPair, prompt_ids: list[int], generated: list[int]) -> float:
     """Top-1 minus top-2 logit of the target for the token after prompt + generated."""
     with mx.stream(STREAM):
-        logits, _ = prefill(pair, make_prompt_cache(pair.target), prompt_ids + generated, record_taps=False)
+        logits, _ = prefill(pair, make_target_cache(pair.target), prompt_ids + generated, record_taps=False)
         top2 = mx.sort(logits.astype(mx.float32))[-2:]
         return float((top2[1] - top2[0]).item())
 

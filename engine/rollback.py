@@ -49,6 +49,6 @@ def make_rollback(model: nn.Module, cache: list, prefer: Optional[str] = None):
 
 
 def rollback_kind(model: nn.Module) -> str:
-    from mlx_lm.models.cache import make_prompt_cache
+    from engine.target import make_target_cache
 
-    return make_rollback(model, make_prompt_cache(model)).kind
+    return make_rollback(model, make_target_cache(model)).kind

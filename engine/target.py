@@ -79,6 +79,19 @@ def remove_taps(model: nn.Module) -> None:
             layer.__dict__.pop("_dflash_tap", None)
 
 
+def make_target_cache(model: nn.Module) -> list:
+    """The model's own cache list, with rotating (sliding-window) caches made plain.
+
+    A RotatingKVCache cannot be trimmed once it wraps, which a partial accept needs.
+    A plain KVCache gets the same windowed mask from mlx-lm (create_attention_mask
+    applies window_size to it, single-token steps included), so attention is unchanged;
+    it only keeps the out-of-window keys. AR and DFlash use the same cache either way.
+    """
+    from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+
+    return [KVCache() if isinstance(c, RotatingKVCache) else c for c in make_prompt_cache(model)]
+
+
 def _find_module(model: nn.Module, suffix: str) -> Optional[nn.Module]:
     for name, module in model.named_modules():
         if name == suffix or name.endswith("." + suffix):

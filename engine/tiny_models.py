@@ -49,6 +49,15 @@ def _save(model: nn.Module, out: Path, dtype: Any) -> None:
     mx.save_safetensors(str(out / "model.safetensors"), weights)
 
 
+ARCHITECTURES = {
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+}
+
+
 def target_config(
     vocab_size: int,
     eos_id: int,
@@ -61,9 +70,9 @@ def target_config(
     head_dim: int = 16,
     intermediate: int = 128,
 ) -> dict[str, Any]:
-    return {
+    config = {
         "model_type": model_type,
-        "architectures": ["Qwen3ForCausalLM" if model_type == "qwen3" else "LlamaForCausalLM"],
+        "architectures": [ARCHITECTURES.get(model_type, "LlamaForCausalLM")],
         "hidden_size": hidden,
         "num_hidden_layers": layers,
         "intermediate_size": intermediate,
@@ -78,6 +87,13 @@ def target_config(
         "eos_token_id": eos_id,
         "torch_dtype": "float32",
     }
+    if model_type == "mistral":  # sliding-window attention on every other layer
+        config["sliding_window"] = 8
+        config["layer_types"] = ["sliding_attention", "full_attention"] * (layers // 2) + ["full_attention"] * (layers % 2)
+    if model_type == "gemma3_text":
+        config.update(sliding_window=8, sliding_window_pattern=2, query_pre_attn_scalar=head_dim,
+                      rope_local_base_freq=10000.0, hidden_activation="gelu_pytorch_tanh")
+    return config
 
 
 def build_target_model(config: dict[str, Any]) -> nn.Module:
