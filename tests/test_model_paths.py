@@ -1,0 +1,53 @@
+"""Hugging Face ids resolve through the HF cache (offline), and fail with one clear sentence."""
+
+import shutil
+
+import pytest
+
+from engine.doctor import check_pair
+from engine.errors import CheckpointError
+from engine.model_paths import resolve_model_path
+
+
+def fake_hf_cache(cache_dir, repo_id, source):
+    """The on-disk layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<rev>/...}."""
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache_dir / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(rev)
+    shutil.copytree(source, repo / "snapshots" / rev)
+    return repo / "snapshots" / rev
+
+
+def test_hf_id_found_in_cache(qwen3_tied_dirs, tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    target = fake_hf_cache(cache, "tiny-org/tiny-target", qwen3_tied_dirs[0])
+    drafter = fake_hf_cache(cache, "tiny-org/tiny-drafter", qwen3_tied_dirs[1])
+    assert resolve_model_path("tiny-org/tiny-target") == target
+    report = check_pair("tiny-org/tiny-target", "tiny-org/tiny-drafter")
+    assert report.ok, report.problems
+    assert report.facts["drafter"] == str(drafter)
+
+
+def test_hf_id_missing_offline_says_so(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CheckpointError, match="not found in the Hugging Face cache"):
+        resolve_model_path("nobody/nothing", download=False)
+    with pytest.raises(CheckpointError, match="could not download"):
+        resolve_model_path("nobody/nothing")
+
+
+def test_a_file_is_not_a_model_folder(tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_text("x")
+    with pytest.raises(CheckpointError, match="expected a model folder"):
+        resolve_model_path(f)
