@@ -68,3 +68,35 @@ def test_ar_matches_mlx_lm_generate_past_the_window(family_pair):
         theirs = [r.token for r in stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=24)]
     n = min(len(ours.token_ids), len(theirs))
     assert ours.token_ids[:n] == theirs[:n]
+
+
+@pytest.fixture(scope="module")
+def quantized_dirs(qwen3_tied_dirs, models_root):
+    """The tiny Qwen3 target quantized to 4 bits with mlx-lm's own tools, saved and reloaded."""
+    import json
+    import shutil
+
+    from mlx_lm.utils import load, quantize_model, save_config, save_model
+
+    out = models_root / "qwen3-q4-target"
+    if not out.exists():
+        model, _, config = load(str(qwen3_tied_dirs[0]), return_config=True)
+        model, config = quantize_model(model, config, group_size=32, bits=4)
+        out.mkdir()
+        save_model(out, model)
+        save_config(config, out / "config.json")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(qwen3_tied_dirs[0] / name, out / name)
+        assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 4
+    return out, qwen3_tied_dirs[1]
+
+
+def test_quantized_target_runs_losslessly(quantized_dirs):
+    pair = load_pair(*quantized_dirs)
+    assert type(pair.head.embed_tokens).__name__ == "QuantizedEmbedding"
+    assert pair.drafter.fc.weight.dtype == pair.head.dtype  # drafter computes in the target's dtype
+    for prompt in (LONG, PROMPTS[3]):
+        ids = encode_prompt(pair.tokenizer, prompt, chat=False)
+        result = run_parity(pair, ids, GenerationSettings(max_tokens=32))
+        assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
+        assert result.dflash.num_rounds > 0

@@ -95,10 +95,20 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
 
 
 class DrafterTrainer:
-    def __init__(self, pair: LoadedPair, tokens: np.ndarray, out: Path, s: TrainSettings):
+    def __init__(
+        self,
+        pair: LoadedPair,
+        tokens: np.ndarray,
+        out: Path,
+        s: TrainSettings,
+        checkpoint_dir: Optional[Path] = None,
+        eval_tokens: Optional[np.ndarray] = None,
+    ):
+        """`eval_tokens` (held-out text) replaces the default split of the last eval_fraction of `tokens`."""
         self.pair, self.out, self.s = pair, Path(out), s
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else self.out / CHECKPOINT_DIR
         need = s.seq_len + 1
-        n_eval = max(int(len(tokens) * s.eval_fraction), need) if s.eval_fraction > 0 else 0
+        n_eval = max(int(len(tokens) * s.eval_fraction), need) if s.eval_fraction > 0 and eval_tokens is None else 0
         if len(tokens) - n_eval < need:
             raise DFlashError(
                 f"the training data has {len(tokens)} tokens; --seq-len {s.seq_len} needs at least {need + n_eval}."
@@ -110,7 +120,7 @@ class DrafterTrainer:
         if pair.drafter is not None:
             raise DFlashError("train a drafter on a target loaded alone, not with another drafter.")
         self.train_tokens = tokens[: len(tokens) - n_eval]
-        self.eval_tokens = tokens[len(tokens) - n_eval :]
+        self.eval_tokens = eval_tokens if eval_tokens is not None else tokens[len(tokens) - n_eval :]
         self.mask_id = find_mask_token(pair.tokenizer)
         self.raw_config = drafter_config_for(pair, s, self.mask_id)
         self.cfg: DrafterConfig = parse_drafter_config(self.raw_config, self.out / "config.json")
@@ -212,15 +222,15 @@ class DrafterTrainer:
         (folder / "config.json").write_text(json.dumps(self.raw_config, indent=2))
 
     def save_checkpoint(self) -> Path:
-        ckpt = self.out / CHECKPOINT_DIR
-        tmp = self.out / (CHECKPOINT_DIR + ".tmp")
+        ckpt = self.checkpoint_dir
+        tmp = ckpt.with_name(ckpt.name + ".tmp")
         tmp.mkdir(parents=True, exist_ok=True)
         self.save_drafter(tmp)
         mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state)))
         state = {"step": self.step, "settings": asdict(self.s), "history": self.history}
         (tmp / "state.json").write_text(json.dumps(state, indent=2))
         if ckpt.exists():
-            old = self.out / (CHECKPOINT_DIR + ".old")
+            old = ckpt.with_name(ckpt.name + ".old")
             ckpt.rename(old)
             tmp.rename(ckpt)
             for f in old.iterdir():
@@ -231,7 +241,7 @@ class DrafterTrainer:
         return ckpt
 
     def resume(self) -> bool:
-        ckpt = self.out / CHECKPOINT_DIR
+        ckpt = self.checkpoint_dir
         if not (ckpt / "state.json").is_file():
             return False
         state = json.loads((ckpt / "state.json").read_text())
