@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -12,26 +11,12 @@ from engine.errors import DFlashError
 from engine.events import RoundEvent, SummaryEvent
 from engine.generate import CancelToken, GenerationSettings, generate
 from engine.session import LoadedPair
+from engine.textfiles import jsonl_strings
 
 
 def load_prompts(path: str | Path) -> list[str]:
     """Prompts from JSONL: one {"prompt": ...} object per line."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DFlashError(f"{path}: cannot read the prompts file ({exc.strerror}).") from None
-    prompts = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise DFlashError(f"{path}: line {n} is not JSON; expected {{\"prompt\": \"...\"}} per line.") from None
-        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-            raise DFlashError(f"{path}: line {n} has no string field 'prompt'.")
-        prompts.append(record["prompt"])
+    prompts = jsonl_strings(path, "prompt", "the prompts file")
     if not prompts:
         raise DFlashError(f"{path}: no prompts in the file.")
     return prompts

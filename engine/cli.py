@@ -38,6 +38,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, help="1..16 (default: the drafter's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--rollback", choices=["replay", "rerun"], default="replay",
+                   help="hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence (default: replay)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -66,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--block-size", type=int)
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--rollback", choices=["replay", "rerun"], default="replay",
+                   help="hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence (default: replay)")
     fmt = b.add_mutually_exclusive_group()
     fmt.add_argument("--raw", action="store_true")
     fmt.add_argument("--chat", action="store_true")
@@ -119,6 +123,7 @@ def _settings(args, mode: str):
         block_size=args.block_size,
         sampling=sampling,
         stop_strings=tuple(getattr(args, "stop", ())),
+        rollback=getattr(args, "rollback", "replay"),
     )
 
 
@@ -128,12 +133,10 @@ def _chat_flag(args) -> Optional[bool]:
 
 def _prompt_ids(args, tokenizer) -> list[int]:
     from engine.prompts import encode_prompt
+    from engine.textfiles import read_text
 
     if args.prompt_file:
-        try:
-            text = Path(args.prompt_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DFlashError(f"{args.prompt_file}: cannot read the prompt file ({exc.strerror}).") from None
+        text = read_text(args.prompt_file, "the prompt file")
     elif args.prompt is not None:
         text = args.prompt
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from engine.errors import DFlashError
+from engine.textfiles import read_text
 from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
 
 SCHEMA = "dflash-trace/1"
@@ -86,11 +87,7 @@ class TraceWriter:
 
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(header, records). A torn last line (crash mid-write) is dropped; anything else is an error."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DFlashError(f"{path}: cannot read the trace ({exc.strerror}).") from None
+    lines = read_text(path, "the trace").splitlines()
     records = []
     for n, line in enumerate(lines):
         try:

@@ -17,3 +17,23 @@ def run(pair, prompt, **settings):
         elif isinstance(event, SummaryEvent):
             summary = event
     return summary, rounds
+
+
+def in_thread(fn):
+    """Run fn() on a new thread; return its result or re-raise its exception here."""
+    import threading
+
+    box = {}
+
+    def work():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # surfaced in the calling thread
+            box["error"] = exc
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

@@ -1,7 +1,5 @@
 """Round mechanics on a hand-built pair where every draft is right, plus cut, stop and cancel."""
 
-import threading
-
 import pytest
 
 from engine.events import RoundEvent, SummaryEvent, TextEvent
@@ -10,7 +8,7 @@ from engine.prompts import encode_prompt
 from engine.session import load_pair
 
 from conftest import PROMPTS
-from helpers import run
+from helpers import in_thread, run
 
 
 @pytest.fixture(scope="module")
@@ -108,19 +106,8 @@ def test_events_hold_plain_python_data(qwen3_pair):
 def test_generation_from_a_worker_thread(qwen3_pair):
     """MLX needs a thread-local stream in a new thread; results must match the main thread's."""
     main, _ = run(qwen3_pair, PROMPTS[2], max_tokens=24)
-    box = {}
-
-    def work():
-        try:
-            box["summary"], _ = run(qwen3_pair, PROMPTS[2], max_tokens=24)
-        except Exception as exc:  # surfaced below
-            box["error"] = exc
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    assert "error" not in box, box.get("error")
-    assert box["summary"].token_ids == main.token_ids
+    summary, _ = in_thread(lambda: run(qwen3_pair, PROMPTS[2], max_tokens=24))
+    assert summary.token_ids == main.token_ids
 
 
 def test_text_events_rebuild_the_output(qwen3_pair):
@@ -151,17 +138,5 @@ def test_partial_accept_then_correction(alternating_dirs, oracle_ids):
 
 def test_loading_from_a_worker_thread(qwen3_tied_dirs):
     """The app loads models on its worker thread; that needs the engine's thread-local stream."""
-    box = {}
-
-    def work():
-        try:
-            pair = load_pair(*qwen3_tied_dirs)
-            box["summary"], _ = run(pair, PROMPTS[2], max_tokens=8)
-        except Exception as exc:  # surfaced below
-            box["error"] = exc
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    assert "error" not in box, box.get("error")
-    assert box["summary"].num_generated == 8
+    summary, _ = in_thread(lambda: run(load_pair(*qwen3_tied_dirs), PROMPTS[2], max_tokens=8))
+    assert summary.num_generated == 8

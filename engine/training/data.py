@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
 from engine.errors import DFlashError
+from engine.textfiles import jsonl_strings, read_text
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".html", ".css", ".sh", ".toml"}
 
@@ -30,23 +30,10 @@ def read_texts(specs: list[str]) -> list[str]:
     texts = []
     for spec in specs:
         for path in _files(spec):
-            try:
-                content = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise DFlashError(f"{path}: cannot read as UTF-8 text ({exc}).") from None
             if path.suffix == ".jsonl":
-                for n, line in enumerate(content.splitlines(), 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise DFlashError(f"{path}: line {n} is not JSON.") from None
-                    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                        raise DFlashError(f"{path}: line {n} has no string field 'text'.")
-                    texts.append(record["text"])
+                texts += jsonl_strings(path, "text", "the training data")
             else:
-                texts.append(content)
+                texts.append(read_text(path, "the training data"))
     if not any(t.strip() for t in texts):
         raise DFlashError("the training data holds no text.")
     return texts

@@ -1,0 +1,35 @@
+"""Reading user-supplied text and JSONL files with one-sentence errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.errors import DFlashError
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The file's UTF-8 text; `what` names it in the error ("the prompts file")."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DFlashError(f"{path}: cannot read {what} ({exc.strerror or exc}).") from None
+    except UnicodeDecodeError:
+        raise DFlashError(f"{path}: {what} is not UTF-8 text.") from None
+
+
+def jsonl_strings(path: str | Path, field: str, what: str) -> list[str]:
+    """The string `field` of every non-empty line of a JSONL file."""
+    values = []
+    for n, line in enumerate(read_text(path, what).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise DFlashError(f"{path}: line {n} is not JSON; expected {{\"{field}\": \"...\"}} per line.") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            raise DFlashError(f"{path}: line {n} has no string field '{field}'.")
+        values.append(record[field])
+    return values
