@@ -104,6 +104,11 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
     if dims is not None:
-        report.facts["rollback"] = "kv-trim (attention caches)"
+        from engine.hybrid import rollback_fact
+
+        report.facts["rollback"] = rollback_fact(dims["model_type"])
+    from engine import blas
+
+    report.facts["blas"] = blas.status
     report.ok = not report.problems
     return report

@@ -29,6 +29,7 @@ class GenerationSettings:
     block_size: Optional[int] = None  # None: the drafter's own
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     stop_strings: tuple[str, ...] = ()
+    rollback: str = "replay"  # hybrid targets: "replay" (tape replay) or "rerun"
 
     def resolved(self, pair: LoadedPair) -> "GenerationSettings":
         """Checked settings with the block size filled in."""
@@ -36,6 +37,8 @@ class GenerationSettings:
             raise SettingsError(f"mode '{self.mode}' is not one of: dflash, ar.")
         if not 1 <= self.max_tokens <= 1_000_000:
             raise SettingsError(f"max tokens {self.max_tokens} is outside 1..1000000.")
+        if self.rollback not in ("replay", "rerun"):
+            raise SettingsError(f"rollback '{self.rollback}' is not one of: replay, rerun.")
         self.sampling.validate(pair.head.vocab_size)
         if self.mode == "ar":
             return replace(self, block_size=None)
@@ -122,7 +125,8 @@ def _generate(pair, prompt_ids, settings, cancel) -> Iterator[Event]:
 
     rounds: list[RoundEvent] = []
     if dflash:
-        loop = _dflash_rounds(pair, cache, sampler, out, first, len(prompt_ids), context, block, t_first, cancel)
+        loop = _dflash_rounds(pair, cache, sampler, out, first, len(prompt_ids), context, block, t_first, cancel,
+                              settings.rollback)
     else:
         loop = _ar_steps(pair, cache, sampler, out, y, t_first, cancel)
     if not stop:
@@ -160,11 +164,12 @@ def _ar_steps(pair, cache, sampler, out, y, t_first, cancel) -> Iterator[Event]:
         y = nxt
 
 
-def _dflash_rounds(pair, cache, sampler, out, anchor, position, context, block, t_first, cancel) -> Iterator[Event]:
+def _dflash_rounds(pair, cache, sampler, out, anchor, position, context, block, t_first, cancel,
+                   rollback_mode="replay") -> Iterator[Event]:
     drafter, head, taps = pair.drafter, pair.head, pair.taps
     mask_id = drafter.cfg.mask_token_id
     dcache = drafter.make_cache()
-    rollback = make_rollback(pair.target, cache)
+    rollback = make_rollback(pair.target, cache, prefer=rollback_mode)
     pending = [context] if context is not None else []
     index = 0
     while not cancel.cancelled:

@@ -52,3 +52,6 @@ def rollback_kind(model: nn.Module) -> str:
     from engine.target import make_target_cache
 
     return make_rollback(model, make_target_cache(model)).kind
+
+
+import engine.hybrid  # noqa: E402,F401  (registers the GatedDeltaNet strategies: tape replay, rerun)

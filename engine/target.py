@@ -118,7 +118,8 @@ class TargetHead:
         self.embed_tokens = _find_module(model, "embed_tokens")
         if self.embed_tokens is None:
             raise CheckpointError(f"target model type '{self.model_type}' has no embed_tokens to borrow.")
-        lm_head = getattr(model, "lm_head", None)
+        # Wrappers (e.g. qwen3_5's language_model) keep an untied head below the top level.
+        lm_head = getattr(model, "lm_head", None) or _find_module(model, "lm_head")
         self.lm_head = lm_head if isinstance(lm_head, nn.Module) else None
         self.softcap = args.get("final_logit_softcapping")
         self.logit_scale = args.get("logit_scale") if self.model_type.startswith("cohere") else None

@@ -1,0 +1,10 @@
+"""Custom MLX kernels, each with a pure-MLX reference, dispatched by device.
+
+gated_delta: the GatedDeltaNet recurrence with a per-step tape, tape replay and
+re-run (reference on the CPU, Metal via mx.fast.metal_kernel, CUDA via
+mx.fast.cuda_kernel).
+"""
+
+from kernels.gated_delta import gated_delta_rerun, gated_delta_tape, gpu_backend, select, tape_replay
+
+__all__ = ["gated_delta_rerun", "gated_delta_tape", "gpu_backend", "select", "tape_replay"]

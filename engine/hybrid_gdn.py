@@ -1,0 +1,157 @@
+"""GatedDeltaNet layers that can record a tape: mlx-lm's qwen3_5 and qwen3_next mixers.
+
+Each GatedDeltaNet mixer instance gets its class swapped for a subclass (the
+technique engine/target.py uses for taps; mlx-lm's files are not edited and
+weights keep their names). The subclass runs the same layer, with the
+recurrence going through `kernels.gated_delta_tape`, so single steps (AR
+decoding, prefill) and multi-step verify blocks share one implementation and
+one sequential arithmetic. When its cache carries a `dflash_tape`, the layer
+also records what a rollback needs: the state and conv inputs before the block,
+and per step k_t, g_t and the innovation delta_t (fp32).
+
+Calls this path does not cover (no cache, a padding mask, batched lengths,
+training, tensor-parallel sharding) go to mlx-lm's own forward unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.gated_delta import compute_g, normalize_qk
+from mlx_lm.models.qwen3_5 import GatedDeltaNet as Qwen35GatedDeltaNet
+from mlx_lm.models.qwen3_next import Qwen3NextGatedDeltaNet
+
+from kernels import gated_delta_tape
+
+GDN_CLASSES: tuple[type, ...] = (Qwen35GatedDeltaNet, Qwen3NextGatedDeltaNet)
+
+_TAPED_CLASSES: dict[type, type] = {}
+
+
+@dataclass
+class GDNTape:
+    """What one GatedDeltaNet layer saw during one verify block of T tokens."""
+
+    keep_inputs: bool = False  # also keep v and beta (the "rerun" rollback needs them)
+    state: Optional[mx.array] = None  # [B, Hv, Dv, Dk] fp32, before the block
+    conv_input: Optional[mx.array] = None  # [B, K-1+T, C]: conv state before the block, then the T projections
+    k: Optional[mx.array] = None  # [B, T, Hk, Dk]
+    g: Optional[mx.array] = None  # [B, T, Hv] fp32
+    delta: Optional[mx.array] = None  # [B, T, Hv, Dv] fp32
+    v: Optional[mx.array] = None  # [B, T, Hv, Dv], keep_inputs only
+    beta: Optional[mx.array] = None  # [B, T, Hv], keep_inputs only
+
+    @property
+    def recorded(self) -> bool:
+        return self.delta is not None
+
+
+def _project(layer: nn.Module, x: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """(pre-conv q|k|v [B, S, C], z [B, S, Hv, Dv], b, a) as each family computes them."""
+    B, S, _ = x.shape
+    if isinstance(layer, Qwen3NextGatedDeltaNet):
+        q, k, v, z, b, a = layer.fix_query_key_value_ordering(layer.in_proj_qkvz(x), layer.in_proj_ba(x))
+        qkv = mx.concatenate([q.reshape(B, S, -1), k.reshape(B, S, -1), v.reshape(B, S, -1)], axis=-1)
+        return qkv, z, b, a
+    qkv = layer.in_proj_qkv(x)
+    z = layer.in_proj_z(x).reshape(B, S, layer.num_v_heads, layer.head_v_dim)
+    return qkv, z, layer.in_proj_b(x), layer.in_proj_a(x)
+
+
+def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
+    """mlx-lm's GatedDeltaNet forward with a cache and no mask, recording into cache.dflash_tape if set."""
+    B, S, _ = inputs.shape
+    qkv, z, b, a = _project(layer, inputs)
+
+    n_keep = layer.conv_kernel_size - 1
+    conv_state = cache[0]
+    if conv_state is None:
+        conv_state = mx.zeros((B, n_keep, layer.conv_dim), dtype=inputs.dtype)
+    conv_input = mx.concatenate([conv_state, qkv], axis=1)
+    cache[0] = mx.contiguous(conv_input[:, -n_keep:, :])
+    conv_out = nn.silu(layer.conv1d(conv_input))
+
+    q, k, v = [
+        t.reshape(B, S, h, d)
+        for t, h, d in zip(
+            mx.split(conv_out, [layer.key_dim, 2 * layer.key_dim], -1),
+            [layer.num_k_heads, layer.num_k_heads, layer.num_v_heads],
+            [layer.head_k_dim, layer.head_k_dim, layer.head_v_dim],
+        )
+    ]
+    q, k = normalize_qk(q, k, inv_scale=layer.head_k_dim**-0.5, eps=1e-6)
+    beta = mx.sigmoid(b)
+    g = compute_g(layer.A_log, a, layer.dt_bias)
+    state = cache[1]
+    if state is None:
+        state = mx.zeros((B, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim), dtype=mx.float32)
+
+    out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)
+
+    tape = getattr(cache, "dflash_tape", None)
+    if tape is not None:
+        tape.state, tape.conv_input, tape.k, tape.g, tape.delta = state, conv_input, k, g, delta
+        if tape.keep_inputs:
+            tape.v, tape.beta = v, beta
+    cache[1] = new_state
+    cache.advance(S)
+
+    out = layer.norm(out, z)
+    return layer.out_proj(out.reshape(B, S, -1))
+
+
+def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
+    return (
+        cache is not None
+        and mask is None
+        and getattr(cache, "lengths", None) is None
+        and getattr(cache, "left_padding", None) is None
+        and not layer.training
+        and getattr(layer, "sharding_group", None) is None
+    )
+
+
+def _taped_class(cls: type) -> type:
+    if cls not in _TAPED_CLASSES:
+
+        def __call__(self, inputs, mask=None, cache=None):
+            if not _covered(self, mask, cache):
+                return cls.__call__(self, inputs, mask, cache)
+            return taped_forward(self, inputs, cache)
+
+        _TAPED_CLASSES[cls] = type(f"Taped{cls.__name__}", (cls,), {"__call__": __call__})
+    return _TAPED_CLASSES[cls]
+
+
+def gdn_layers(model: nn.Module) -> Iterator[tuple[int, nn.Module]]:
+    """(decoder layer index, GatedDeltaNet mixer) for every recurrent layer of a supported model."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, list):
+        return
+    for i, layer in enumerate(layers):
+        mixer = getattr(layer, "linear_attn", None) if isinstance(layer, nn.Module) else None
+        if isinstance(mixer, GDN_CLASSES):
+            yield i, mixer
+
+
+def instrument(model: nn.Module) -> int:
+    """Swap every GatedDeltaNet mixer's class for its taped subclass (idempotent); how many."""
+    n = 0
+    for _, mixer in gdn_layers(model):
+        if type(mixer) not in _TAPED_CLASSES.values():
+            mixer.__class__ = _taped_class(type(mixer))
+        n += 1
+    return n
+
+
+def uninstrument(model: nn.Module) -> None:
+    for _, mixer in gdn_layers(model):
+        if type(mixer) in _TAPED_CLASSES.values():
+            mixer.__class__ = type(mixer).__mro__[1]
+
+
+def is_instrumented(mixer: nn.Module) -> bool:
+    return type(mixer) in _TAPED_CLASSES.values()

@@ -1,0 +1,170 @@
+"""Hybrid targets (GatedDeltaNet + attention): greedy DFlash equals greedy AR through many partial accepts.
+
+Tiny random qwen3_5 (dense and MoE) and qwen3_next targets, loaded from disk
+through load_pair. Drafts come from ScriptedDrafter: greedy AR's own output,
+made wrong at one seeded random position per round, so rounds accept every
+length from 0 to all. The real drafter (sliding window 8) still runs each round.
+"""
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from engine.cli import main as cli
+from engine.doctor import check_pair
+from engine.errors import SettingsError
+from engine.generate import GenerationSettings, prefill
+from engine.parity import first_divergence, logit_margin, run_parity
+from engine.prompts import encode_prompt
+from engine.session import load_pair
+from engine.streams import STREAM
+from engine.target import make_target_cache
+from engine.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
+
+from conftest import PROMPTS
+from helpers import run
+
+NEAR_TIE = 1e-3
+WINDOW = 8
+LONG_PROMPT = " ".join(reversed(PROMPTS)) * 2  # > 4 sliding windows of the drafter
+
+
+@pytest.fixture(scope="module")
+def hybrid_dirs(models_root, tokenizer_dir):
+    """{kind: (target, drafter)}: newer-schema drafters mixing a sliding (window 8) and a full layer."""
+    dirs = {}
+    for n, kind in enumerate(HYBRID_KINDS):
+        target, drafter = models_root / f"hybrid-{kind}-target", models_root / f"hybrid-{kind}-drafter"
+        if not target.exists():
+            write_hybrid_target(target, tokenizer_dir, kind, seed=40 + n)
+            write_hybrid_drafter(drafter, target, seed=50 + n, schema="newer", layers=2, block_size=8,
+                                 layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW)
+        dirs[kind] = (target, drafter)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def hybrid_pairs(hybrid_dirs):
+    return {kind: load_pair(*dirs) for kind, dirs in hybrid_dirs.items()}
+
+
+def parity_with_partial_accepts(pair, prompt, max_tokens=48, **settings):
+    """(AR summary, DFlash summary, DFlash rounds), drafts scripted from AR's own output.
+
+    Any divergence must be a floating-point near-tie, located and measured as `parity` does.
+    """
+    ids = encode_prompt(pair.tokenizer, prompt, chat=False)
+    ar, _ = run(pair, ids, mode="ar", max_tokens=max_tokens, **settings)
+    df, rounds = run(scripted_pair(pair, ids + ar.token_ids, seed=len(ids)), ids, max_tokens=max_tokens, **settings)
+    where = first_divergence(ar.token_ids, df.token_ids)
+    if where is not None:
+        assert where < min(len(ar.token_ids), len(df.token_ids)), (prompt, "lengths differ", where)
+        margin = logit_margin(pair, ids, ar.token_ids[:where])
+        assert margin < NEAR_TIE, (prompt, where, margin)
+    return ar, df, rounds
+
+
+def partial(rounds) -> int:
+    return sum(0 < r.accepted < len(r.drafted) for r in rounds)
+
+
+@pytest.mark.parametrize("mode", ["replay", "rerun"])
+@pytest.mark.parametrize("kind", HYBRID_KINDS)
+def test_greedy_parity_through_partial_accepts(hybrid_pairs, kind, mode):
+    pair = hybrid_pairs[kind]
+    assert pair.drafter.cfg.sliding_window == WINDOW
+    long_ids = encode_prompt(pair.tokenizer, LONG_PROMPT, chat=False)
+    assert len(long_ids) > 4 * WINDOW
+    seen = {}
+    for prompt in (PROMPTS[1], LONG_PROMPT):
+        _, _, rounds = parity_with_partial_accepts(pair, prompt, rollback=mode)
+        seen[prompt] = rounds
+    all_rounds = [r for rs in seen.values() for r in rs]
+    accepted = {r.accepted for r in all_rounds}
+    # Many partial accepts, past the drafter's window too, and both extremes: none and all accepted.
+    assert partial(all_rounds) >= 10, [r.accepted for r in all_rounds]
+    assert partial(seen[LONG_PROMPT]) >= 3
+    assert 0 in accepted and 7 in accepted and len(accepted) >= 5, accepted
+
+
+def test_greedy_parity_full_block_and_odd_block(hybrid_pairs):
+    """Blocks of 16 (the published size) and 3 on the MoE target."""
+    pair = hybrid_pairs["qwen3_5_moe"]
+    for block in (16, 3):
+        _, _, rounds = parity_with_partial_accepts(pair, PROMPTS[0], block_size=block)
+        assert partial(rounds) >= 3, block
+
+
+def test_unscripted_drafter_stays_lossless(hybrid_pairs):
+    """The real (random) drafter: mostly rejections, each a one-step replay; still identical."""
+    for kind, pair in hybrid_pairs.items():
+        ids = encode_prompt(pair.tokenizer, PROMPTS[0], chat=False)
+        result = run_parity(pair, ids, GenerationSettings(max_tokens=24))
+        assert result.identical or result.margin_at_divergence < NEAR_TIE, (kind, result.to_dict())
+
+
+def test_ar_equals_mlx_lm_generate(hybrid_dirs):
+    """The taped GatedDeltaNet forward changes nothing: our AR matches mlx-lm's own greedy generate."""
+    from mlx_lm.generate import stream_generate
+
+    from engine.target import load_target
+
+    for kind, (target, drafter) in hybrid_dirs.items():
+        pair = load_pair(target, drafter)
+        ids = encode_prompt(pair.tokenizer, LONG_PROMPT, chat=False)
+        ours, _ = run(pair, ids, mode="ar", max_tokens=24)
+        model, tokenizer, _ = load_target(target)  # a fresh, untouched model
+        with mx.stream(STREAM):
+            theirs = [r.token for r in stream_generate(model, tokenizer, mx.array(ids), max_tokens=24)]
+        assert ours.token_ids == theirs[: len(ours.token_ids)], kind
+
+
+def test_taps_compose_with_taped_layers(hybrid_dirs):
+    """Tapped decoder layers holding taped GatedDeltaNet mixers give the same taps and logits as untouched ones."""
+    from engine.hybrid_gdn import gdn_layers, instrument, is_instrumented, uninstrument
+
+    target, drafter = hybrid_dirs["qwen3_5"]
+    taped, plain = load_pair(target, drafter), load_pair(target, drafter)
+    instrument(taped.target)
+    uninstrument(plain.target)
+    gdn_ids = {i for i, _ in gdn_layers(taped.target)}
+    assert set(taped.taps.layer_ids) <= gdn_ids  # the taps sit on GatedDeltaNet decoder layers
+    assert all(is_instrumented(m) for _, m in gdn_layers(taped.target))
+    assert not any(is_instrumented(m) for _, m in gdn_layers(plain.target))
+    ids = encode_prompt(taped.tokenizer, PROMPTS[0], chat=False)
+    with mx.stream(STREAM):
+        logits_a, taps_a = prefill(taped, make_target_cache(taped.target), ids, record_taps=True)
+        logits_b, taps_b = prefill(plain, make_target_cache(plain.target), ids, record_taps=True)
+        assert mx.array_equal(taps_a, taps_b).item()
+        assert mx.array_equal(logits_a, logits_b).item()
+
+
+def test_doctor_and_facts_name_the_rollback(hybrid_dirs, hybrid_pairs, qwen3_tied_dirs):
+    for kind, dirs in hybrid_dirs.items():
+        assert check_pair(*dirs).facts["rollback"].startswith("tape replay"), kind
+        assert hybrid_pairs[kind].facts()["rollback"] == "tape-replay"
+    assert check_pair(*qwen3_tied_dirs).facts["rollback"].startswith("kv-trim")
+
+
+def test_rollback_setting_is_checked(hybrid_pairs):
+    pair = hybrid_pairs["qwen3_5"]
+    with pytest.raises(SettingsError, match="rollback"):
+        GenerationSettings(rollback="undo").resolved(pair)
+
+
+def test_cli_rollback_option(hybrid_dirs, capsys):
+    target, drafter = hybrid_dirs["qwen3_next"]
+    outputs = []
+    for mode in ("replay", "rerun"):
+        code = cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[2],
+                    "--raw", "--max-tokens", "12", "--rollback", mode, "--json"])
+        assert code == 0
+        outputs.append(json.loads(capsys.readouterr().out)["token_ids"])
+    assert outputs[0] == outputs[1]
+    assert cli(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[2],
+                "--raw", "--max-tokens", "8", "--rollback", "rerun", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["identical"] or report["margin_at_divergence"] < NEAR_TIE, report
+    with pytest.raises(SystemExit):  # argparse refuses a choice it does not know
+        cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x", "--rollback", "undo"])

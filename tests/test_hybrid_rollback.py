@@ -1,0 +1,156 @@
+"""Rollback of hybrid targets, one verify block at a time, on tiny in-memory qwen3_5 / qwen3_next models.
+
+- The taped GatedDeltaNet forward is mlx-lm's forward, bit for bit (outputs and caches).
+- After every possible partial accept, tape replay and re-run restore the same state,
+  bit for bit, and it is the state of running only the accepted tokens.
+- A fully accepted block leaves the caches alone; attention caches are trimmed.
+"""
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import ArraysCache, KVCache
+
+from engine.hybrid import HybridRollback, applies
+from engine.hybrid_gdn import gdn_layers, instrument, is_instrumented, uninstrument
+from engine.rollback import make_rollback, rollback_kind
+from engine.target import make_target_cache
+from engine.tiny_hybrid import HYBRID_KINDS, hybrid_config, sharpen
+from engine.tiny_models import build_target_model, target_config
+
+VOCAB = 96
+BLOCK = 6
+
+
+def build(kind: str, seed: int = 0):
+    mx.random.seed(seed)
+    model = build_target_model(hybrid_config(kind, VOCAB, 0))
+    sharpen(model)
+    model.eval()  # as mlx_lm.load leaves it; in training mode the layer defers to mlx-lm's own forward
+    mx.eval(model.parameters())
+    return model
+
+
+@pytest.fixture(scope="module", params=HYBRID_KINDS)
+def model(request):
+    return build(request.param, seed=HYBRID_KINDS.index(request.param))
+
+
+def tokens(n: int, seed: int) -> mx.array:
+    mx.random.seed(seed)
+    return mx.random.randint(0, VOCAB, (1, n))
+
+
+def states(cache) -> list:
+    out = []
+    for c in cache:
+        if isinstance(c, ArraysCache):
+            out += [c[0], c[1]]
+        else:
+            out += [c.keys[..., : c.offset, :], c.values[..., : c.offset, :]]
+    return out
+
+
+def prefilled(model, prompt):
+    cache = make_target_cache(model)
+    model(prompt, cache=cache)
+    mx.eval(states(cache))
+    return cache
+
+
+def test_taped_forward_is_mlx_lm_forward(model):
+    prompt, block = tokens(11, 1), tokens(BLOCK, 2)
+    uninstrument(model)
+    assert not any(is_instrumented(m) for _, m in gdn_layers(model))
+    plain = prefilled(model, prompt)
+    plain_logits = [model(block, cache=plain), model(block[:, :1], cache=plain)]
+    assert instrument(model) == len(list(gdn_layers(model))) > 0
+    taped = prefilled(model, prompt)
+    taped_logits = [model(block, cache=taped), model(block[:, :1], cache=taped)]
+    for a, b in zip(plain_logits + states(plain), taped_logits + states(taped)):
+        assert mx.array_equal(a, b).item()
+
+
+@pytest.mark.parametrize("accepted", range(BLOCK))
+def test_replay_and_rerun_restore_the_accepted_state(model, accepted):
+    prompt, block = tokens(9, 3), tokens(BLOCK, 4)
+    n = accepted + 1
+    restored = {}
+    for mode in ("replay", "rerun"):
+        cache = prefilled(model, prompt)
+        rollback = make_rollback(model, cache, prefer=mode)
+        assert isinstance(rollback, HybridRollback) and rollback.mode == mode
+        rollback.before_verify()
+        mx.eval(model(block, cache=cache))
+        rollback.after_verify(accepted, BLOCK)
+        restored[mode] = cache
+
+    # The two strategies agree bit for bit.
+    for a, b in zip(states(restored["replay"]), states(restored["rerun"])):
+        assert mx.array_equal(a, b).item()
+
+    # And they are where running only the accepted tokens leads (to floating-point noise:
+    # the projections of n rows and of BLOCK rows may round differently).
+    reference = prefilled(model, prompt)
+    model(block[:, :n], cache=reference)
+    for a, b in zip(states(restored["replay"]), states(reference)):
+        assert a.shape == b.shape
+        assert mx.allclose(a, b, atol=1e-5, rtol=1e-5).item()
+    for c in restored["replay"]:
+        if isinstance(c, KVCache):
+            assert c.offset == prompt.shape[1] + n  # attention layers trimmed to the accepted tokens
+    nxt = tokens(1, 5)
+    assert mx.allclose(model(nxt, cache=restored["replay"]), model(nxt, cache=reference), atol=1e-4).item()
+
+
+def test_full_accept_replays_nothing(model):
+    cache = prefilled(model, tokens(9, 6))
+    rollback = make_rollback(model, cache)
+    rollback.before_verify()
+    model(tokens(BLOCK, 7), cache=cache)
+    recurrent = [c for c in cache if isinstance(c, ArraysCache)]
+    after_verify = [(c[0], c[1]) for c in recurrent]
+    offsets = [c.offset for c in cache if isinstance(c, KVCache)]
+    rollback.after_verify(BLOCK - 1, BLOCK)
+    assert all(c[0] is conv and c[1] is state for c, (conv, state) in zip(recurrent, after_verify))  # untouched
+    assert [c.offset for c in cache if isinstance(c, KVCache)] == offsets
+    assert all(getattr(c, "dflash_tape", None) is None for c in cache)  # the tape is dropped
+
+
+def test_tape_holds_fp32_innovations(model):
+    cache = prefilled(model, tokens(5, 8))
+    rollback = make_rollback(model, cache)
+    rollback.before_verify()
+    model(tokens(BLOCK, 9), cache=cache)
+    for _, c, keep in rollback.recurrent:
+        tape = c.dflash_tape
+        assert tape.recorded and tape.delta.dtype == mx.float32 and tape.g.dtype == mx.float32
+        assert tape.delta.shape[1] == tape.k.shape[1] == tape.g.shape[1] == BLOCK
+        assert tape.conv_input.shape[1] == keep + BLOCK
+        assert tape.v is None and tape.beta is None  # replay needs neither
+    rollback.after_verify(0, BLOCK)
+
+
+def test_strategy_selection():
+    hybrid = build("qwen3_5")
+    assert applies(hybrid, make_target_cache(hybrid))
+    assert rollback_kind(hybrid) == "tape-replay"
+    assert make_rollback(hybrid, make_target_cache(hybrid), prefer="rerun").kind == "rerun"
+    mx.random.seed(0)
+    dense = build_target_model(target_config(VOCAB, 0))
+    assert not applies(dense, make_target_cache(dense))
+    assert rollback_kind(dense) == "kv-trim"
+    from engine.errors import DFlashError
+
+    with pytest.raises(DFlashError, match="rollback"):
+        make_rollback(hybrid, make_target_cache(hybrid), prefer="undo")
+
+
+def test_untied_qwen3_5_head_is_borrowed(tokenizer_dir, tmp_path):
+    """qwen3_5 keeps an untied lm_head under language_model: the drafter must borrow that, not the embedding."""
+    from engine.session import load_pair
+    from engine.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
+
+    target = write_hybrid_target(tmp_path / "t", tokenizer_dir, "qwen3_5", tie_word_embeddings=False)
+    write_hybrid_drafter(tmp_path / "d", target)
+    pair = load_pair(target, tmp_path / "d")
+    assert pair.head.lm_head is pair.target.language_model.lm_head

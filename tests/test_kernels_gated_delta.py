@@ -1,0 +1,132 @@
+"""Gated delta with tape, tape replay and re-run: every available implementation against the reference.
+
+The contract that keeps greedy DFlash equal to greedy AR on hybrid targets:
+a multi-step call is bit-identical to the same steps taken one at a time, and
+replaying (or re-running) the first n steps from the tape restores, bit for bit,
+the state the forward passed through after n steps.
+"""
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.gated_delta import compute_g, gated_delta_ops
+
+import engine  # noqa: F401  (optimised BLAS before MLX work)
+from kernels import gated_delta_rerun, gated_delta_tape, gpu_backend, select, tape_replay
+
+HAS_METAL = mx.metal.is_available()
+HAS_CUDA = mx.cuda.is_available()
+needs_metal = pytest.mark.skipif(not HAS_METAL, reason="Metal is not available on this machine (MLX runs on the CPU)")
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="MLX is not running on CUDA on this machine")
+
+
+def inputs(seed=0, B=1, T=12, Hk=2, Hv=4, Dk=16, Dv=16, dtype=mx.float32, vector_gate=False):
+    """Random inputs shaped and scaled as a GatedDeltaNet layer makes them (k l2-normalised)."""
+    mx.random.seed(seed)
+    q = mx.random.normal((B, T, Hk, Dk)) * Dk**-1.0
+    k = mx.random.normal((B, T, Hk, Dk))
+    k = k / mx.sqrt((k * k).sum(-1, keepdims=True))
+    v = mx.random.normal((B, T, Hv, Dv))
+    per_head = (Hv, Dk) if vector_gate else (Hv,)
+    a = mx.random.normal((B, T) + per_head)
+    g = compute_g(mx.log(mx.random.uniform(1.0, 16.0, per_head)), a, mx.ones(per_head))
+    beta = mx.sigmoid(mx.random.normal((B, T, Hv)))
+    state = mx.random.normal((B, Hv, Dv, Dk)) * 0.1
+    cast = lambda x: x.astype(dtype)  # noqa: E731
+    return cast(q), cast(k), cast(v), g, cast(beta), state
+
+
+def equal(a, b) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and mx.array_equal(a, b).item()
+
+
+# ---- the reference, on the CPU ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+@pytest.mark.parametrize("vector_gate", [False, True])
+def test_reference_equals_mlx_lm_recurrence(dtype, vector_gate):
+    """Op for op mlx-lm's gated_delta_ops: bit-identical outputs and state."""
+    q, k, v, g, beta, state = inputs(dtype=dtype, vector_gate=vector_gate)
+    y_ref, s_ref = gated_delta_ops(q, k, v, g, beta, state)
+    y, s, delta = gated_delta_tape(q, k, v, g, beta, state, impl="reference")
+    assert equal(y, y_ref) and equal(s, s_ref)
+    assert delta.dtype == mx.float32 and delta.shape == v.shape
+
+
+def _single_steps(impl, q, k, v, g, beta, state):
+    ys = []
+    for t in range(q.shape[1]):
+        y, state, _ = gated_delta_tape(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], g[:, t : t + 1],
+                                       beta[:, t : t + 1], state, impl=impl)
+        ys.append(y)
+    return mx.concatenate(ys, axis=1), state
+
+
+def check_steps_and_replay(impl, dtype=mx.float32, **shape):
+    """Multi-step == single steps; replay and re-run of n steps == the forward's state after n steps."""
+    q, k, v, g, beta, state = inputs(dtype=dtype, **shape)
+    y, final, delta = gated_delta_tape(q, k, v, g, beta, state, impl=impl)
+    y1, final1 = _single_steps(impl, q, k, v, g, beta, state)
+    assert equal(y, y1) and equal(final, final1)
+    T = q.shape[1]
+    for n in range(1, T + 1):
+        _, after_n, _ = gated_delta_tape(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], state, impl=impl)
+        replayed = tape_replay(state, k[:, :n], g[:, :n], delta[:, :n], impl=impl)
+        rerun = gated_delta_rerun(state, k[:, :n], v[:, :n], g[:, :n], beta[:, :n], impl=impl)
+        assert equal(replayed, after_n), n
+        assert equal(rerun, after_n), n
+    return y, final, delta
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_reference_steps_and_replay_are_exact(dtype):
+    check_steps_and_replay("reference", dtype)
+    check_steps_and_replay("reference", dtype, B=2, Hk=1, Hv=3, Dk=32, Dv=8)
+
+
+def test_dispatch_uses_the_reference_on_the_cpu_and_for_shapes_kernels_do_not_take():
+    q, k, v, g, beta, state = inputs(Dk=16)
+    assert select(k, g, state) == "reference"  # Dk 16: below the kernels' 32-lane layout, on any device
+    q, k, v, g, beta, state = inputs(Dk=64)
+    expected = gpu_backend() or "reference"
+    assert select(k, g, state) == expected
+    with pytest.raises(ValueError, match="implementation"):
+        select(k, g, state, impl="vulkan")
+
+
+# ---- GPU kernels --------------------------------------------------------------------------------------
+# Against the reference they agree to a tolerance, not bitwise: the kernels sum each
+# reduction (S k, S q) as 32 per-lane partials combined by a SIMD/warp tree and use fused
+# multiply-adds, where the reference sums with MLX's CPU reduction and rounds each product.
+# Within one kernel family, steps, replay and re-run must be bit-exact (checked above).
+
+GPU_ATOL = {mx.float32: 1e-4, mx.bfloat16: 2e-2}  # bf16: y is rounded to 8 bits of mantissa
+
+
+def check_against_reference(impl, dtype):
+    shape = dict(B=2, T=16, Hk=2, Hv=4, Dk=64, Dv=32)
+    q, k, v, g, beta, state = inputs(dtype=dtype, **shape)
+    y, final, delta = check_steps_and_replay(impl, dtype, **shape)
+    with mx.stream(mx.cpu):
+        y_ref, final_ref, delta_ref = gated_delta_tape(q, k, v, g, beta, state, impl="reference")
+        mx.eval(y_ref, final_ref, delta_ref)
+    atol = GPU_ATOL[dtype]
+    assert mx.allclose(y.astype(mx.float32), y_ref.astype(mx.float32), atol=atol, rtol=atol).item()
+    assert mx.allclose(final, final_ref, atol=1e-4, rtol=1e-4).item()
+    assert mx.allclose(delta, delta_ref, atol=1e-4, rtol=1e-4).item()
+
+
+@needs_metal
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_metal_kernels(dtype):
+    with mx.stream(mx.gpu):
+        assert gpu_backend() == "metal"
+        check_against_reference("metal", dtype)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_cuda_kernels(dtype):
+    with mx.stream(mx.gpu):
+        assert gpu_backend() == "cuda"
+        check_against_reference("cuda", dtype)
