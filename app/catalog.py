@@ -1,0 +1,103 @@
+"""Which models the pickers offer: the demo pair, recent models, and the Hugging Face cache.
+
+File-only and Qt-free; the HF cache scan can take a while on a big cache, so the
+window runs `scan_hf_cache` off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from engine.demo_models import demo_pair
+
+TARGET, DRAFTER = "target", "drafter"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    value: str  # what load_pair gets: a folder or a Hugging Face id
+    label: str  # what the picker shows
+    role: str  # TARGET or DRAFTER
+    source: str  # "demo", "recent", "hf-cache" or "folder"
+
+
+def folder_role(folder: str | Path) -> Optional[str]:
+    """DRAFTER for a DFlash checkpoint, TARGET for another model folder, None when no config.json."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    archs = config.get("architectures") or []
+    if "dflash_config" in config or any("dflash" in str(a).lower() for a in archs):
+        return DRAFTER
+    return TARGET
+
+
+def demo_entries() -> list[ModelEntry]:
+    pair = demo_pair()
+    if pair is None:
+        return []
+    return [ModelEntry(str(pair[0]), f"{pair[0].name} (demo)", TARGET, "demo"),
+            ModelEntry(str(pair[1]), f"{pair[1].name} (demo)", DRAFTER, "demo")]
+
+
+def hf_cache_dir() -> Path:
+    override = os.environ.get("HF_HUB_CACHE")
+    if override:
+        return Path(override)
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def scan_hf_cache(cache_dir: Optional[Path] = None) -> list[ModelEntry]:
+    """Model repos in the HF cache with a config.json, classified as targets or drafters."""
+    from huggingface_hub import scan_cache_dir
+
+    cache_dir = cache_dir or hf_cache_dir()
+    if not cache_dir.is_dir():
+        return []
+    try:
+        info = scan_cache_dir(cache_dir)
+    except Exception:  # CacheNotFound, CorruptedCacheException, permissions: no cached models then
+        return []
+    entries = []
+    for repo in sorted(info.repos, key=lambda r: r.repo_id.lower()):
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        main = [rev for rev in repo.revisions if "main" in rev.refs]
+        rev = main[0] if main else max(repo.revisions, key=lambda r: r.last_modified)
+        role = folder_role(rev.snapshot_path)
+        if role is not None:
+            entries.append(ModelEntry(str(rev.snapshot_path), f"{repo.repo_id} (HF cache)", role, "hf-cache"))
+    return entries
+
+
+def recent_entries(values: list[str], role: str) -> list[ModelEntry]:
+    return [ModelEntry(v, v, role, "recent") for v in values]
+
+
+def merge_entries(*groups: list[ModelEntry]) -> list[ModelEntry]:
+    """First occurrence of each (role, value) wins, in group order."""
+    seen, out = set(), []
+    for group in groups:
+        for e in group:
+            key = (e.role, os.path.normpath(e.value))
+            if key not in seen:
+                seen.add(key)
+                out.append(e)
+    return out
+
+
+def drafter_verdict(target: str, drafter: str) -> tuple[bool, str]:
+    """(fits, sentence) for a drafter against a target, from files only (no download)."""
+    from engine.doctor import check_pair
+
+    report = check_pair(target, drafter, download=False)
+    return report.ok, ("matches this target" if report.ok else report.problems[0])

@@ -1,0 +1,105 @@
+"""What crosses between the window and the worker thread: plain Python data only.
+
+Jobs go to the worker through a queued Qt signal; messages come back through a
+thread-safe queue that the window drains on a timer, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from engine.events import Event
+from engine.generate import CancelToken, GenerationSettings
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    target: str
+    drafter: Optional[str]
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False)
+    kind: str = "load"
+
+
+@dataclass(frozen=True)
+class RunJob:
+    prompt: str
+    chat: Optional[bool]  # None: the chat template when the tokenizer has one
+    thinking: Optional[bool]
+    mode: str  # "dflash", "ar" or "both"
+    settings: GenerationSettings
+    load: Optional[LoadJob] = None  # load this pair first (the window asks when the pickers changed)
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False)
+    kind: str = "run"
+
+
+@dataclass(frozen=True)
+class ShutdownJob:
+    """Drop every MLX object on the worker thread, then end its event loop."""
+
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False)
+    kind: str = "shutdown"
+
+
+# ---- worker -> window -------------------------------------------------------------------
+
+
+@dataclass
+class LoadProgress:
+    stage: str
+    frac: float
+
+
+@dataclass
+class PairInfo:
+    target: str
+    drafter: Optional[str]
+    facts: dict[str, Any]
+    device: str
+    has_chat_template: bool
+    has_thinking: bool
+    token_table: list[str]
+
+
+@dataclass
+class Loaded:
+    info: PairInfo
+
+
+@dataclass
+class LoadFailed:
+    message: str
+    cancelled: bool
+
+
+@dataclass
+class EngineEvent:
+    """An engine event of one run; `header` (the trace header) comes with the StartEvent."""
+
+    label: str  # "ar" or "dflash"
+    event: Event
+    header: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class ParityDone:
+    identical: bool
+    first_divergence: Optional[int]
+    margin_at_divergence: Optional[float]
+    speedup: float
+    ar_tok_s: float
+    dflash_tok_s: float
+    cancelled: bool
+
+
+@dataclass
+class RunFailed:
+    message: str
+
+
+@dataclass
+class JobDone:
+    job_id: int
+    kind: str
+    ok: bool
+    cancelled: bool

@@ -1,0 +1,129 @@
+"""`dflash-playground` (no command) and `dflash-playground gui`: open the window, or take a screenshot."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+DEMO_MAX_TOKENS = 96
+
+
+def _has_display() -> bool:
+    if sys.platform != "linux":
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+                or os.environ.get("QT_QPA_PLATFORM"))
+
+
+def _qt_warning() -> Optional[str]:
+    """PySide6 6.12.0 drops a reference to None on every Python override call (paintEvent, a
+    delegate's paint) on Python < 3.12, where None is not immortal: the window then crashes
+    after a few thousand repaints. 6.11 is fine."""
+    import PySide6
+
+    if PySide6.__version__.startswith("6.12.0") and sys.version_info < (3, 12):
+        return (f"warning: PySide6 {PySide6.__version__} on Python {sys.version_info.major}."
+                f"{sys.version_info.minor} has a reference-counting bug that crashes the window; "
+                "install 'PySide6-Essentials<6.12' (or use Python 3.12+).")
+    return None
+
+
+def _demo_models(args: argparse.Namespace) -> Optional[tuple[str, Optional[str]]]:
+    """--target/--drafter when given, else the installed demo pair, else None."""
+    from engine.demo_models import demo_pair
+
+    target = getattr(args, "target", None)
+    if target:
+        return target, getattr(args, "drafter", None)
+    pair = demo_pair()
+    return (str(pair[0]), str(pair[1])) if pair else None
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    """Open the window; with --screenshot, render it (optionally after --run-demo), save a PNG and exit."""
+    screenshot = getattr(args, "screenshot", None)
+    run_demo = bool(getattr(args, "run_demo", False))
+    models = _demo_models(args)
+    if run_demo and models is None:
+        print("error: --run-demo needs the demo pair, which is not installed yet; "
+              "give --target and --drafter instead.", file=sys.stderr)
+        return 2
+    if run_demo and not screenshot:
+        print("error: --run-demo goes with --screenshot FILE.png.", file=sys.stderr)
+        return 2
+    if not _has_display():
+        if not screenshot:
+            print("error: no display found (DISPLAY is not set); set QT_QPA_PLATFORM=offscreen "
+                  "to take screenshots, or run on a desktop.", file=sys.stderr)
+            return 2
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+    from PySide6.QtWidgets import QApplication
+
+    from app.logs import setup_logging
+    from app.theme import apply_theme
+    from app.window import MainWindow
+
+    setup_logging()
+    warning = _qt_warning()
+    if warning:
+        print(warning, file=sys.stderr)
+        logging.getLogger("app").warning(warning)
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("DFlash Playground")
+    apply_theme(app)
+    window = MainWindow(persist=not screenshot)
+    if models is not None and (run_demo or getattr(args, "target", None)):
+        window.models.target.set_value(models[0])
+        window.models.drafter.set_value(models[1] or "")
+        window.models.check_now()
+    window.show()
+    if not screenshot:
+        return app.exec()
+    try:
+        return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None))
+    finally:
+        window.close()
+
+
+def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int]) -> int:
+    from PySide6.QtCore import QEventLoop
+
+    from engine.demo_models import SAMPLE_PROMPT
+
+    window.resize(1600, 1000)
+    if run_demo:
+        window.prompt.set_prompt(SAMPLE_PROMPT)
+        window.prompt.format.setCurrentIndex(window.prompt.format.findData("raw"))
+        window.prompt.temperature.setValue(0.0)
+        window.prompt.max_tokens.setValue(max_tokens or DEMO_MAX_TOKENS)
+        window.prompt.set_mode("both")
+        loop = QEventLoop()
+        window.job_finished.connect(lambda _kind: loop.quit())
+        errors_before = len(window.errors)
+        window.start_run()
+        if window.busy:
+            loop.exec()
+        if len(window.errors) > errors_before:
+            print(f"error: {window.errors[-1]}", file=sys.stderr)
+            return 2
+        window.center_tabs.setCurrentIndex(0)
+        if window.rounds_run is not None and window.rounds_run.rounds:
+            middle = len(window.rounds_run.rounds) // 3
+            window.rounds.selectRow(middle)
+    for _ in range(5):
+        app.processEvents()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: {path.parent}: cannot create the folder ({exc.strerror}).", file=sys.stderr)
+        return 2
+    if not window.grab().save(str(path), "PNG"):
+        print(f"error: {path}: cannot write the PNG.", file=sys.stderr)
+        return 2
+    print(f"saved {path}")
+    return 0

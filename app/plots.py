@@ -1,0 +1,121 @@
+"""Live plots (pyqtgraph): throughput over time, acceptance per round and per block position,
+and stacked draft / verify / rollback time per round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyqtgraph as pg
+
+from app import theme
+from app.run_record import RunRecord
+
+
+def _edges(n: int) -> np.ndarray:
+    """Bin edges centred on 0..n-1, for stepMode='center' curves."""
+    return np.arange(n + 1, dtype=float) - 0.5
+
+
+def _brush(colour: str, alpha: int = 150):
+    c = pg.mkColor(colour)
+    c.setAlpha(alpha)
+    return pg.mkBrush(c)
+
+
+class PlotsPanel(pg.GraphicsLayoutWidget):
+    """Four plots in a grid; `update_runs` redraws from the records (cheap: arrays of a few thousand)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("plots")
+        self.ci.setSpacing(6)
+        title = {"size": "9pt", "color": theme.FOREGROUND}
+
+        self.p_tps = self.addPlot(row=0, col=0)
+        self.p_tps.setTitle("Throughput (tok/s)", **title)
+        self.p_tps.setLabel("bottom", "time since first token", units="s")
+        self.p_tps.addLegend(offset=(-8, 8), labelTextSize="8pt")
+        self.tps_curves = {
+            "dflash": self.p_tps.plot(name="DFlash", pen=pg.mkPen(theme.PLOT_DFLASH, width=2)),
+            "ar": self.p_tps.plot(name="AR", pen=pg.mkPen(theme.PLOT_AR, width=2)),
+        }
+
+        self.p_acc = self.addPlot(row=0, col=1)
+        self.p_acc.setTitle("Acceptance length per round (tokens)", **title)
+        self.p_acc.setLabel("bottom", "round")
+        self.acc_curve = self.p_acc.plot(stepMode="center", fillLevel=0, brush=_brush(theme.PLOT_DFLASH, 120),
+                                         pen=pg.mkPen(theme.PLOT_DFLASH, width=1))
+
+        self.p_pos = self.addPlot(row=1, col=0)
+        self.p_pos.setTitle("Acceptance rate by block position", **title)
+        self.p_pos.setLabel("bottom", "draft position in block")
+        self.p_pos.setYRange(0, 1.05)
+        self.pos_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
+                                        brush=_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
+        self.p_pos.addItem(self.pos_bars)
+
+        self.p_time = self.addPlot(row=1, col=1)
+        self.p_time.setTitle("Round time (ms), stacked", **title)
+        self.p_time.setLabel("bottom", "round")
+        self.p_time.addLegend(offset=(-8, 8), labelTextSize="8pt")
+        # Drawn back to front: the total (rollback on top), then draft + verify, then draft.
+        self.time_curves = {}
+        for key, name, colour in (("rollback", "rollback", theme.PLOT_ROLLBACK),
+                                  ("verify", "verify", theme.PLOT_VERIFY),
+                                  ("draft", "draft", theme.PLOT_DRAFT)):
+            self.time_curves[key] = self.p_time.plot(name=name, stepMode="center", fillLevel=0,
+                                                     brush=_brush(colour, 190), pen=pg.mkPen(colour, width=1))
+        self.clear_plots()
+
+    def clear_plots(self) -> None:
+        for c in self.tps_curves.values():
+            c.setData([], [])
+        self.acc_curve.setData(_edges(0), np.zeros(0))
+        self.pos_bars.setOpts(x=np.zeros(0), height=np.zeros(0))
+        for c in self.time_curves.values():
+            c.setData(_edges(0), np.zeros(0))
+
+    def update_runs(self, runs: dict[str, RunRecord], rounds_run: Optional[RunRecord]) -> None:
+        """Throughput for every run (by mode); the round plots from `rounds_run`."""
+        for mode, curve in self.tps_curves.items():
+            run = runs.get(mode)
+            if run is None:
+                curve.setData([], [])
+            else:
+                curve.setData(np.asarray(run.tps_t, dtype=float), np.asarray(run.tps_v, dtype=float))
+        if rounds_run is None:
+            self.acc_curve.setData(_edges(0), np.zeros(0))
+            self.pos_bars.setOpts(x=np.zeros(0), height=np.zeros(0))
+            for c in self.time_curves.values():
+                c.setData(_edges(0), np.zeros(0))
+            return
+        acc = np.asarray(rounds_run.acc_len, dtype=float)
+        self.acc_curve.setData(_edges(len(acc)), acc)
+        rates = np.asarray(rounds_run.per_position_acceptance, dtype=float)
+        self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=rates)
+        draft = np.asarray(rounds_run.draft_ms, dtype=float)
+        verify = draft + np.asarray(rounds_run.verify_ms, dtype=float)
+        total = verify + np.asarray(rounds_run.rollback_ms, dtype=float)
+        edges = _edges(len(draft))
+        self.time_curves["draft"].setData(edges, draft)
+        self.time_curves["verify"].setData(edges, verify)
+        self.time_curves["rollback"].setData(edges, total)
+
+    def series(self) -> dict[str, np.ndarray]:
+        """What each plot holds now (y values; bars as heights)."""
+        out = {}
+        for mode, curve in self.tps_curves.items():
+            x, y = curve.getData()
+            out[f"tps_{mode}_t"] = np.asarray(x if x is not None else [], dtype=float)
+            out[f"tps_{mode}"] = np.asarray(y if y is not None else [], dtype=float)
+        out["acceptance_length"] = np.asarray(self.acc_curve.yData if self.acc_curve.yData is not None else [])
+        out["position_rate"] = np.asarray(self.pos_bars.opts["height"], dtype=float)
+        for key, curve in self.time_curves.items():
+            out[f"stack_{key}"] = np.asarray(curve.yData if curve.yData is not None else [])
+        return out
+
+    def save_png(self, path: str | Path) -> bool:
+        """A PNG of all four plots as shown."""
+        return self.grab().save(str(path), "PNG")

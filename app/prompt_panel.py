@@ -1,0 +1,154 @@
+"""The prompt editor, prompt format, sampling settings, mode, and Run / Stop."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from PySide6.QtWidgets import (
+    QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
+    QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
+)
+
+from engine.generate import MAX_BLOCK, GenerationSettings
+from engine.sampling import SamplingSettings
+from app.settings import AppSettings
+
+FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
+THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
+MODES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
+
+
+class PromptPanel(QGroupBox):
+    def __init__(self, parent=None):
+        super().__init__("Prompt", parent)
+        self.editor = QPlainTextEdit()
+        self.editor.setObjectName("promptEditor")
+        self.editor.setPlaceholderText("Type a prompt. Ctrl+Enter runs it, Esc stops.")
+        self.editor.setTabChangesFocus(True)
+
+        self.format = QComboBox()
+        for key, label in FORMATS:
+            self.format.addItem(label, key)
+        self.thinking = QComboBox()
+        for key, label in THINKING:
+            self.thinking.addItem(label, key)
+        self.thinking.setEnabled(False)
+        self.thinking.setToolTip("Only for chat templates with a thinking mode (load the pair to find out)")
+
+        self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=5.0, singleStep=0.1)
+        self.temperature.setToolTip("0 is greedy: DFlash must then equal AR token for token")
+        self.top_p = QDoubleSpinBox(decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=1.0)
+        self.top_k = QSpinBox(minimum=0, maximum=1_000_000)
+        self.top_k.setSpecialValueText("off")
+        self.seed = QSpinBox(minimum=0, maximum=2_147_483_647)
+        self.max_tokens = QSpinBox(minimum=1, maximum=1_000_000, value=128)
+        self.block_size = QSpinBox(minimum=0, maximum=MAX_BLOCK)
+        self.block_size.setSpecialValueText("drafter's")
+
+        self.mode_group = QButtonGroup(self)
+        self.mode_buttons: dict[str, QRadioButton] = {}
+        modes = QHBoxLayout()
+        for key, label in MODES:
+            b = QRadioButton(label)
+            self.mode_group.addButton(b)
+            self.mode_buttons[key] = b
+            modes.addWidget(b)
+        self.mode_buttons["dflash"].setChecked(True)
+
+        self.run_button = QPushButton("Run  (Ctrl+Enter)")
+        self.run_button.setObjectName("runButton")
+        self.stop_button = QPushButton("Stop  (Esc)")
+        self.stop_button.setObjectName("stopButton")
+        self.stop_button.setEnabled(False)
+
+        form = QFormLayout()
+        form.addRow("Format", self.format)
+        form.addRow("Thinking", self.thinking)
+        grid = QGridLayout()
+        for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-p", self.top_p),
+                                        ("Top-k", self.top_k), ("Seed", self.seed),
+                                        ("Max tokens", self.max_tokens), ("Block size", self.block_size))):
+            grid.addWidget(QLabel(label), i // 2, (i % 2) * 2)
+            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button, 2)
+        buttons.addWidget(self.stop_button, 1)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.editor, 1)
+        lay.addLayout(form)
+        lay.addLayout(grid)
+        lay.addLayout(modes)
+        lay.addLayout(buttons)
+
+    # ---- values -----------------------------------------------------------------------------
+
+    def prompt(self) -> str:
+        return self.editor.toPlainText()
+
+    def set_prompt(self, text: str) -> None:
+        self.editor.setPlainText(text)
+
+    def mode(self) -> str:
+        return next(k for k, b in self.mode_buttons.items() if b.isChecked())
+
+    def set_mode(self, mode: str) -> None:
+        self.mode_buttons.get(mode, self.mode_buttons["dflash"]).setChecked(True)
+
+    def chat_flag(self) -> Optional[bool]:
+        return {"auto": None, "chat": True, "raw": False}[self.format.currentData()]
+
+    def thinking_flag(self) -> Optional[bool]:
+        if not self.thinking.isEnabled():
+            return None
+        return {"default": None, "on": True, "off": False}[self.thinking.currentData()]
+
+    def settings(self) -> GenerationSettings:
+        """Engine settings; the engine itself checks them and says what is wrong."""
+        sampling = SamplingSettings(
+            temperature=round(self.temperature.value(), 4),
+            top_p=round(self.top_p.value(), 4),
+            top_k=self.top_k.value(),
+            seed=self.seed.value(),
+        )
+        return GenerationSettings(
+            max_tokens=self.max_tokens.value(),
+            block_size=self.block_size.value() or None,
+            sampling=sampling,
+        )
+
+    def set_capabilities(self, has_chat_template: bool, has_thinking: bool) -> None:
+        self.thinking.setEnabled(has_chat_template and has_thinking)
+        chat_index = self.format.findData("chat")
+        item = self.format.model().item(chat_index)
+        item.setEnabled(has_chat_template)
+        if not has_chat_template and self.format.currentData() == "chat":
+            self.format.setCurrentIndex(self.format.findData("raw"))
+
+    def set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+
+    # ---- persistence ------------------------------------------------------------------------
+
+    def apply(self, s: AppSettings) -> None:
+        self.format.setCurrentIndex(max(0, self.format.findData(s.prompt_format)))
+        self.thinking.setCurrentIndex(max(0, self.thinking.findData(s.thinking)))
+        self.set_mode(s.mode)
+        self.temperature.setValue(s.temperature)
+        self.top_p.setValue(s.top_p)
+        self.top_k.setValue(s.top_k)
+        self.seed.setValue(s.seed)
+        self.max_tokens.setValue(s.max_tokens)
+        self.block_size.setValue(s.block_size)
+
+    def store(self, s: AppSettings) -> None:
+        s.prompt = self.prompt()
+        s.prompt_format = self.format.currentData()
+        s.thinking = self.thinking.currentData()
+        s.mode = self.mode()
+        s.temperature = self.temperature.value()
+        s.top_p = self.top_p.value()
+        s.top_k = self.top_k.value()
+        s.seed = self.seed.value()
+        s.max_tokens = self.max_tokens.value()
+        s.block_size = self.block_size.value()

@@ -1,0 +1,268 @@
+"""The rounds timeline: one row per DFlash round, the block painted as token chips.
+
+A QAbstractTableModel over the run's round list plus a delegate that paints the
+chips, so thousands of rounds cost one row of painting per visible row and
+no widget per chip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
+)
+
+from engine.events import RoundEvent
+from app import theme
+from app.run_record import RunRecord
+from app.tokens import chip_text
+
+ROUND_ROLE = Qt.ItemDataRole.UserRole + 1
+COLUMNS = ("#", "pos", "block: anchor | drafts | bonus", "acc", "draft", "verify", "rollback", "t (s)")
+HEADER_TIPS = ("round index", "absolute position of the anchor token",
+               "the anchor, the drafted tokens (accepted green, rejected struck through) and the bonus "
+               "(blue) or correction (orange) token", "accepted drafts / drafted", "drafting time, ms",
+               "target verification time, ms", "rollback (cache trim / tape replay) time, ms",
+               "seconds since the first token, at the end of the round")
+BLOCK_COLUMN = 2
+_SELECTED = QStyle.StateFlag.State_Selected.value
+_RIGHT = int((Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter).value)
+_ROLES = frozenset(int(r) for r in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole, ROUND_ROLE))
+
+
+class RoundsModel(QAbstractTableModel):
+    """Rows are the record's rounds; `refresh` announces the ones that arrived since last time."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.run: Optional[RunRecord] = None
+        self._rows = 0
+
+    @property
+    def table(self):
+        return self.run.table if self.run is not None else None
+
+    def set_run(self, run: Optional[RunRecord]) -> None:
+        self.beginResetModel()
+        self.run = run
+        self._rows = len(run.rounds) if run is not None else 0
+        self.endResetModel()
+
+    def refresh(self) -> int:
+        """Insert rows for new rounds in one batch; returns how many."""
+        if self.run is None:
+            return 0
+        n = len(self.run.rounds)
+        added = n - self._rows
+        if added > 0:
+            self.beginInsertRows(QModelIndex(), self._rows, n - 1)
+            self._rows = n
+            self.endInsertRows()
+        return max(added, 0)
+
+    def round_at(self, row: int) -> Optional[RoundEvent]:
+        return self.run.rounds[row] if self.run is not None and 0 <= row < self._rows else None
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt API)
+        return 0 if parent.isValid() else self._rows
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS[section]
+        return None
+
+    @staticmethod
+    def cell_text(r: RoundEvent, col: int) -> str:
+        if col == 0:
+            return str(r.index)
+        if col == 1:
+            return str(r.position)
+        if col == 3:
+            return f"{r.accepted}/{len(r.drafted)}"
+        if col == 7:
+            return f"{r.t:.3f}"
+        return f"{(r.draft_ms, r.verify_ms, r.rollback_ms)[col - 4]:.2f}" if 4 <= col <= 6 else ""
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role not in _ROLES:  # the view asks for many roles per cell; answer the rest fast
+            return None
+        r = self.round_at(index.row())
+        if r is None:
+            return None
+        col = index.column()
+        if role == ROUND_ROLE:
+            return r
+        if role == Qt.ItemDataRole.DisplayRole:
+            return None if col == BLOCK_COLUMN else self.cell_text(r, col)  # the block is painted
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return round_tooltip(r, self.table)
+        return None
+
+
+def round_tooltip(r: RoundEvent, table) -> str:
+    drafts = " ".join(chip_text(table, t) for t in r.drafted) or "(none)"
+    return (f"round {r.index} at position {r.position}\n"
+            f"anchor {chip_text(table, r.anchor)} (id {r.anchor})\n"
+            f"drafted: {drafts}\n"
+            f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
+            f"(id {r.bonus})\n"
+            f"committed {len(r.committed)} tokens; draft {r.draft_ms:.2f} ms, verify {r.verify_ms:.2f} ms, "
+            f"rollback {r.rollback_ms:.2f} ms")
+
+
+class ChipDelegate(QStyledItemDelegate):
+    """Paints every cell of a round row straight from the RoundEvent.
+
+    The block column shows the anchor, the drafts (accepted prefix green, rejected struck
+    through) and the bonus / correction as chips. It never calls `initStyleOption` (which
+    asks the model for a dozen roles per cell) and batches painter state changes by chip
+    style, so a row costs a few dozen painter calls.
+    """
+
+    PAD, GAP, MAX_CHARS = 4, 3, 10
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.font = QFont("DejaVu Sans Mono")
+        self.font.setStyleHint(QFont.StyleHint.Monospace)
+        self.font.setPointSizeF(8.5)
+        self.strike = QFont(self.font)
+        self.strike.setStrikeOut(True)
+        self.metrics = QFontMetrics(self.font)
+        self._widths: dict[tuple[int, int], tuple[str, int]] = {}  # (id(table), token) -> (text, width)
+        pens = {k: QPen(QColor(c), 1) for k, c in (
+            ("anchor", theme.CHIP_ANCHOR), ("accepted", theme.CHIP_ACCEPTED), ("rejected", theme.CHIP_REJECTED),
+            ("bonus", theme.CHIP_BONUS), ("correction", theme.CHIP_CORRECTION))}
+        self.styles = {  # style -> (outline pen, fill brush or None, text pen, font)
+            "anchor": (pens["anchor"], None, QPen(QColor("#c3c8d0")), self.font),
+            "accepted": (pens["accepted"], QColor(theme.CHIP_ACCEPTED), QPen(QColor("#ffffff")), self.font),
+            "rejected": (pens["rejected"], QColor(theme.CHIP_REJECTED), QPen(QColor(theme.CHIP_REJECTED_TEXT)),
+                         self.strike),
+            "bonus": (pens["bonus"], QColor(theme.CHIP_BONUS), QPen(QColor("#ffffff")), self.font),
+            "correction": (pens["correction"], QColor(theme.CHIP_CORRECTION), QPen(QColor("#ffffff")), self.font),
+        }
+        self.text_pen = QPen(QColor(theme.FOREGROUND))
+        self.selected = QColor("#3d5a80")
+        self.alternate = QColor(theme.PANEL)
+
+    def _chip(self, table, token: int) -> tuple[str, int]:
+        key = (id(table), token)
+        hit = self._widths.get(key)
+        if hit is None:
+            text = chip_text(table, token, self.MAX_CHARS)
+            hit = self._widths[key] = (text, self.metrics.horizontalAdvance(text) + 2 * self.PAD)
+        return hit
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index) -> None:
+        # Plain ints, not Qt flag enums: enum arithmetic costs microseconds per cell in PySide6.
+        model = index.model()
+        row = index.row()
+        r: Optional[RoundEvent] = model.round_at(row)
+        rect = option.rect
+        if option.state.value & _SELECTED:
+            painter.fillRect(rect, self.selected)
+        elif row & 1:
+            painter.fillRect(rect, self.alternate)
+        if r is None:
+            return
+        col = index.column()
+        if col != BLOCK_COLUMN:
+            painter.setPen(self.text_pen)
+            painter.drawText(rect.adjusted(2, 0, -6, 0), _RIGHT, model.cell_text(r, col))
+            return
+        self._paint_block(painter, rect, r, model.table)
+
+    def _paint_block(self, painter: QPainter, rect: QRect, r: RoundEvent, table) -> None:
+        inner = rect.adjusted(3, 3, -3, -3)
+        right, top, height = inner.right(), inner.top(), inner.height()
+        baseline = top + (height + self.metrics.ascent() - self.metrics.descent()) // 2
+        groups: dict[str, list[tuple[QRect, str]]] = {}
+        x = inner.left()
+        styled = [("anchor", r.anchor)] + [("accepted" if k < r.accepted else "rejected", t)
+                                            for k, t in enumerate(r.drafted)] + [(r.bonus_kind, r.bonus)]
+        for n, (style, token) in enumerate(styled):
+            if x >= right:
+                break
+            text, w = self._chip(table, token)
+            groups.setdefault(style, []).append((QRect(x, top, w, height), text))
+            x += w + self.GAP + (self.GAP if n == 0 else 0)  # a little air after the anchor
+        painter.save()
+        painter.setClipRect(rect)
+        for style, chips in groups.items():
+            outline, fill, text_pen, font = self.styles.get(style, self.styles["correction"])
+            painter.setPen(outline)
+            painter.setBrush(fill if fill is not None else Qt.BrushStyle.NoBrush)
+            for chip, _text in chips:
+                painter.drawRoundedRect(chip, 4, 4)
+            painter.setPen(text_pen)
+            painter.setFont(font)
+            for chip, text in chips:
+                painter.drawText(chip.left() + self.PAD, baseline, text)
+        painter.restore()
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: N802
+        return QSize(400, self.metrics.height() + 10)
+
+
+class RoundsView(QTableView):
+    """The table; emits `round_selected(index)` when the user picks a row."""
+
+    round_selected = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rounds_model = RoundsModel(self)
+        self.setModel(self.rounds_model)
+        self.chips = ChipDelegate(self)
+        self.setItemDelegate(self.chips)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setAlternatingRowColors(True)
+        self.setWordWrap(False)
+        self.setShowGrid(False)
+        vh = self.verticalHeader()
+        vh.setVisible(False)
+        vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)  # uniform rows: no per-row measuring
+        vh.setDefaultSectionSize(self.chips.sizeHint(None, None).height())
+        hh = self.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        hh.setSectionResizeMode(BLOCK_COLUMN, QHeaderView.ResizeMode.Stretch)
+        for col, width in enumerate((44, 48, 0, 46, 56, 58, 70, 56)):
+            if col != BLOCK_COLUMN:
+                self.setColumnWidth(col, width)
+        self.selectionModel().currentRowChanged.connect(self._row_changed)
+        self._quiet = False
+
+    def set_run(self, run: Optional[RunRecord]) -> None:
+        self.rounds_model.set_run(run)
+
+    def refresh(self) -> None:
+        """Append new rounds; keep following the newest while the view sits at the bottom."""
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 2
+        if self.rounds_model.refresh() and at_bottom:
+            self.scrollToBottom()
+
+    def select_round(self, index: int) -> None:
+        """Select a row without echoing `round_selected` (the output asked for it)."""
+        if not 0 <= index < self.rounds_model.rowCount():
+            return
+        self._quiet = True
+        try:
+            self.selectRow(index)
+            self.scrollTo(self.rounds_model.index(index, 0), QAbstractItemView.ScrollHint.PositionAtCenter)
+        finally:
+            self._quiet = False
+
+    def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if not self._quiet and current.isValid():
+            self.round_selected.emit(current.row())

@@ -1,0 +1,116 @@
+"""Settings that persist across launches: one JSON file in the config folder.
+
+A file that is not valid JSON (or not an object) is moved aside and replaced by
+defaults; fields of the wrong type fall back to their defaults. Either way the
+caller gets a notice to show instead of a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from app.paths import config_dir
+
+FILE_NAME = "settings.json"
+MAX_RECENT = 8
+
+
+@dataclass
+class AppSettings:
+    target: str = ""
+    drafter: str = ""
+    recent_targets: list = field(default_factory=list)
+    recent_drafters: list = field(default_factory=list)
+    prompt: Optional[str] = None  # None: never set, so the sample prompt is filled in
+    prompt_format: str = "raw"  # "auto", "chat" or "raw"
+    thinking: str = "default"  # "default", "on" or "off"
+    mode: str = "dflash"  # "dflash", "ar" or "both"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    max_tokens: int = 128
+    block_size: int = 0  # 0: the drafter's own
+    window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
+    splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()
+    center_tab: int = 0
+
+    def remember(self, target: str, drafter: Optional[str]) -> None:
+        """Put a pair that loaded at the front of the recent lists."""
+        for value, recents in ((target, self.recent_targets), (drafter, self.recent_drafters)):
+            if value:
+                if value in recents:
+                    recents.remove(value)
+                recents.insert(0, value)
+                del recents[MAX_RECENT:]
+
+
+def settings_path() -> Path:
+    return config_dir() / FILE_NAME
+
+
+def _typed(value: Any, default: Any) -> bool:
+    if default is None:  # optional text
+        return value is None or isinstance(value, str)
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, type(default))
+
+
+def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[str]]:
+    """(settings, notice); the notice says what was reset, or is None."""
+    path = path or settings_path()
+    defaults = AppSettings()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return defaults, None
+    except OSError as exc:
+        return defaults, f"could not read the settings file {path} ({exc.strerror}); using defaults."
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        aside = path.with_name(FILE_NAME + ".corrupt")
+        try:
+            os.replace(path, aside)
+            where = f" (the old file is now {aside})"
+        except OSError:
+            where = ""
+        return defaults, f"the settings file {path} was corrupt and has been reset to defaults{where}."
+    values, bad = {}, []
+    for f in fields(AppSettings):
+        if f.name not in data:
+            continue
+        default = getattr(defaults, f.name)
+        if _typed(data[f.name], default):
+            values[f.name] = float(data[f.name]) if isinstance(default, float) else data[f.name]
+        else:
+            bad.append(f.name)
+    settings = AppSettings(**values)
+    settings.recent_targets = [v for v in settings.recent_targets if isinstance(v, str)][:MAX_RECENT]
+    settings.recent_drafters = [v for v in settings.recent_drafters if isinstance(v, str)][:MAX_RECENT]
+    notice = f"some settings in {path} were invalid and were reset: {', '.join(bad)}." if bad else None
+    return settings, notice
+
+
+def save_settings(settings: AppSettings, path: Optional[Path] = None) -> Optional[str]:
+    """Write atomically; returns an error sentence instead of raising."""
+    path = path or settings_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(FILE_NAME + ".tmp")
+        tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        return f"could not save settings to {path} ({exc.strerror})."
+    return None

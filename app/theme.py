@@ -1,0 +1,80 @@
+"""Colours (one place, so the output, the chips and the plots agree) and the window style."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QIcon, QPalette
+from PySide6.QtWidgets import QApplication
+
+from app.paths import resources_dir
+from app.run_record import ACCEPTED, AR, BONUS, CORRECTION, PREFILL
+
+BACKGROUND = "#1b1d23"
+PANEL = "#22252c"
+FOREGROUND = "#d5d8de"
+MUTED = "#8b919c"
+
+# Provenance backgrounds in the output; None draws the text plain.
+KIND_BACKGROUND = {
+    ACCEPTED: "#245c3b",
+    BONUS: "#23508a",
+    CORRECTION: "#8a4f1c",
+    AR: None,
+    PREFILL: None,
+}
+KIND_LABEL = {
+    ACCEPTED: "accepted draft",
+    BONUS: "bonus (all drafts accepted)",
+    CORRECTION: "correction (first rejected draft replaced)",
+    AR: "plain AR",
+    PREFILL: "from prefill",
+}
+
+CHIP_ACCEPTED = "#2f7a4e"
+CHIP_REJECTED = "#3a3d45"
+CHIP_REJECTED_TEXT = "#e06c75"
+CHIP_BONUS = "#2f6bb5"
+CHIP_CORRECTION = "#b3691f"
+CHIP_ANCHOR = "#6b7280"
+
+ROUND_HIGHLIGHT = "#e5c07b"
+DIFF_MARK = "#b33a3a"
+
+PLOT_DFLASH = "#4caf7a"
+PLOT_AR = "#9aa0a6"
+PLOT_DRAFT = "#61afef"
+PLOT_VERIFY = "#c678dd"
+PLOT_ROLLBACK = "#e5c07b"
+
+
+def apply_theme(app: QApplication) -> None:
+    """Fusion with a dark palette plus resources/styles/app.qss; pyqtgraph to match."""
+    import pyqtgraph as pg
+
+    app.setStyle("Fusion")
+    pal = QPalette()
+    for role, colour in (
+        (QPalette.ColorRole.Window, PANEL),
+        (QPalette.ColorRole.WindowText, FOREGROUND),
+        (QPalette.ColorRole.Base, BACKGROUND),
+        (QPalette.ColorRole.AlternateBase, PANEL),
+        (QPalette.ColorRole.Text, FOREGROUND),
+        (QPalette.ColorRole.Button, "#2c3038"),
+        (QPalette.ColorRole.ButtonText, FOREGROUND),
+        (QPalette.ColorRole.Highlight, "#3d5a80"),
+        (QPalette.ColorRole.HighlightedText, "#ffffff"),
+        (QPalette.ColorRole.ToolTipBase, "#2c3038"),
+        (QPalette.ColorRole.ToolTipText, FOREGROUND),
+        (QPalette.ColorRole.PlaceholderText, MUTED),
+    ):
+        pal.setColor(role, QColor(colour))
+    pal.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text, QColor(MUTED))
+    pal.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText, QColor(MUTED))
+    app.setPalette(pal)
+    qss = resources_dir() / "styles" / "app.qss"
+    if qss.is_file():
+        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+    icon = resources_dir() / "icons" / "app-icon.svg"
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    # No antialiasing: it makes filled plots ~6x dearer to repaint (103 ms vs 16 ms at 200 rounds).
+    pg.setConfigOptions(background=BACKGROUND, foreground=FOREGROUND, antialias=False)

@@ -1,0 +1,229 @@
+"""The worker thread: owns every MLX object (the loaded pair, its caches), runs one job at a time.
+
+The window submits jobs through a queued signal and drains messages from a
+`queue.SimpleQueue` on a timer, so the worker never waits on the GUI and each
+engine event costs it one `put`. Engine entry points (load_pair, generate,
+run_parity) enter the engine's thread-local stream themselves; anything else
+here that touches MLX runs inside `mx.stream(STREAM)`.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import logging
+import queue
+from dataclasses import replace
+from typing import Any, Optional
+
+from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
+
+import engine.generate as engine_generate
+import engine.parity as engine_parity
+import engine.session as engine_session
+from engine.errors import DFlashError
+from engine.events import StartEvent
+from engine.prompts import encode_prompt
+from app.errors import is_out_of_memory, user_message
+from app.jobs import (
+    EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
+    RunFailed, RunJob, ShutdownJob,
+)
+from app.tokens import build_token_table
+
+log = logging.getLogger("app.worker")
+
+
+def _device_name() -> str:
+    import mlx.core as mx
+
+    from engine import blas
+    from engine.streams import STREAM
+
+    with mx.stream(STREAM):
+        device = mx.default_device()
+    kind = "gpu" if device.type == mx.DeviceType.gpu else "cpu"
+    blas_name = blas.status.split(" (")[0]  # drop the library path
+    return f"{kind} (blas: {blas_name})" if kind == "cpu" else kind
+
+
+def _clear_mlx_cache() -> None:
+    import mlx.core as mx
+
+    from engine.streams import STREAM
+
+    with mx.stream(STREAM):
+        mx.clear_cache()
+
+
+class Worker(QObject):
+    """Lives on the worker QThread; `handle` runs each job to the end, in submission order."""
+
+    job_done = Signal(int)  # after JobDone is queued: the window drains at once
+
+    def __init__(self, outbox: "queue.SimpleQueue[Any]"):
+        super().__init__()
+        self.outbox = outbox
+        self.pair = None
+        self.pair_key: Optional[tuple[str, Optional[str]]] = None
+
+    @Slot(object)
+    def handle(self, item: tuple[int, Any]) -> None:
+        job_id, job = item
+        put = self.outbox.put
+        ok = False
+        try:
+            if isinstance(job, ShutdownJob):
+                self._release()
+                ok = True
+            elif job.cancel.cancelled:
+                ok = False
+            elif isinstance(job, LoadJob):
+                ok = self._load(job)
+            elif isinstance(job, RunJob):
+                ok = (job.load is None or self._load(job.load)) and self._run(job)
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a message, never a dead thread
+            if isinstance(exc, DFlashError):
+                log.info("job %s refused: %s", job.kind, exc)
+            else:
+                log.exception("job %s failed", job.kind)
+            if is_out_of_memory(exc):
+                _clear_mlx_cache()
+            put(RunFailed(user_message(exc)) if job.kind == "run" else LoadFailed(user_message(exc), False))
+        finally:
+            put(JobDone(job_id, job.kind, ok, job.cancel.cancelled))
+            if isinstance(job, ShutdownJob):
+                QThread.currentThread().quit()
+            else:
+                self.job_done.emit(job_id)
+
+    # ---- jobs ------------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        self.pair = None
+        self.pair_key = None
+        gc.collect()
+        _clear_mlx_cache()
+
+    def _load(self, job: LoadJob) -> bool:
+        put = self.outbox.put
+        self._release()  # free the old pair before reading the new one
+        try:
+            pair = engine_session.load_pair(
+                job.target, job.drafter,
+                progress=lambda stage, frac: put(LoadProgress(stage, frac)),
+                should_cancel=lambda: job.cancel.cancelled,
+            )
+            table = build_token_table(pair.tokenizer, len(pair.tokenizer))
+            info = PairInfo(
+                target=job.target,
+                drafter=job.drafter,
+                facts=pair.facts(),
+                device=_device_name(),
+                has_chat_template=bool(pair.tokenizer.has_chat_template),
+                has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
+                token_table=table,
+            )
+        except engine_session.LoadCancelled as exc:
+            put(LoadFailed(str(exc), True))
+            return False
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, DFlashError):
+                log.info("loading %s + %s refused: %s", job.target, job.drafter, exc)
+            else:
+                log.exception("loading %s + %s failed", job.target, job.drafter)
+            if is_out_of_memory(exc):
+                _clear_mlx_cache()
+            put(LoadFailed(user_message(exc), False))
+            return False
+        self.pair, self.pair_key = pair, (job.target, job.drafter)
+        put(Loaded(info))
+        return True
+
+    def _run(self, job: RunJob) -> bool:
+        from engine.trace import header_record
+
+        put = self.outbox.put
+        pair = self.pair
+        if pair is None:
+            raise DFlashError("no model is loaded; choose a target (and a drafter), then press Load or Run.")
+        ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
+        label = [job.mode]
+
+        def emit(event) -> None:
+            if isinstance(event, StartEvent):
+                label[0] = event.mode
+                put(EngineEvent(event.mode, event, header_record(event)))
+            else:
+                put(EngineEvent(label[0], event))
+
+        if job.mode == "both":
+            result = engine_parity.run_parity(pair, ids, job.settings, on_event=emit, cancel=job.cancel)
+            put(ParityDone(
+                identical=result.identical,
+                first_divergence=result.first_divergence,
+                margin_at_divergence=result.margin_at_divergence,
+                speedup=result.speedup,
+                ar_tok_s=result.ar.tok_per_s,
+                dflash_tok_s=result.dflash.tok_per_s,
+                cancelled=job.cancel.cancelled,
+            ))
+        else:
+            settings = replace(job.settings, mode=job.mode)
+            for event in engine_generate.generate(pair, ids, settings, job.cancel):
+                emit(event)
+        return True
+
+
+class WorkerHost(QObject):
+    """Owns the worker QThread on the GUI side: submit jobs, take messages, shut down cleanly."""
+
+    _submit = Signal(object)
+
+    def __init__(self, parent: Optional[QObject] = None):
+        super().__init__(parent)
+        self.outbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.thread = QThread()
+        self.thread.setObjectName("dflash-worker")
+        self.worker = Worker(self.outbox)
+        self.worker.moveToThread(self.thread)
+        self._submit.connect(self.worker.handle, Qt.ConnectionType.QueuedConnection)
+        self._ids = itertools.count(1)
+        self._open: dict[int, Any] = {}  # submitted, not yet done: their cancel tokens matter on close
+        self.thread.start()
+
+    def submit(self, job: Any) -> int:
+        job_id = next(self._ids)
+        self._open[job_id] = job
+        self._submit.emit((job_id, job))
+        return job_id
+
+    def take(self) -> list[Any]:
+        """Every message the worker has put so far, in order."""
+        out = []
+        while True:
+            try:
+                msg = self.outbox.get_nowait()
+            except queue.Empty:
+                return out
+            if isinstance(msg, JobDone):
+                self._open.pop(msg.job_id, None)
+            out.append(msg)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._open)
+
+    def cancel_all(self) -> None:
+        for job in self._open.values():
+            job.cancel.cancel()
+            if isinstance(job, RunJob) and job.load is not None:
+                job.load.cancel.cancel()
+
+    def shutdown(self) -> None:
+        """Cancel what is running or queued, free the pair on its thread, and wait for the thread."""
+        if not self.thread.isRunning():
+            return
+        self.cancel_all()
+        self.submit(ShutdownJob())
+        self.thread.wait()

@@ -1,0 +1,164 @@
+"""Every engine error reaches the user as its own sentence, and the window stays usable."""
+
+import shutil
+import threading
+
+import pytest
+from PySide6.QtCore import Qt
+
+import engine.generate
+import engine.session
+from engine.doctor import check_pair
+from engine.errors import SettingsError
+from engine.generate import GenerationSettings
+from engine.session import load_pair
+from app.errors import OUT_OF_MEMORY, is_out_of_memory
+
+from conftest import PROMPTS
+from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+
+
+def assert_usable_after(qtbot, w, good_dirs, prompt):
+    """The prompt and settings survived the error, and a good pair then runs to the end."""
+    assert w.prompt.prompt() == prompt
+    assert w.prompt.max_tokens.value() == 12 and w.prompt.run_button.isEnabled()
+    assert not w.error_box.isModal()
+    choose(w, good_dirs)
+    run_and_wait(qtbot, w)
+    assert w.rounds_run.summary.stop_reason == "max_tokens" and w.rounds.rounds_model.rowCount() > 0
+
+
+def bad_drafter(dirs, tmp_path):
+    bad = tmp_path / "bad-drafter"
+    shutil.copytree(dirs[1], bad)
+    (bad / "config.json").write_text("{not json")
+    return dirs[0], bad
+
+
+def incompatible(dirs, oracle_dirs, tmp_path):
+    """The 4-layer target's drafter taps layer 3; the oracle target has 2 layers."""
+    return oracle_dirs[0], dirs[1]
+
+
+def missing_folder(dirs, tmp_path):
+    return tmp_path / "no-such-model", dirs[1]
+
+
+@pytest.mark.parametrize("make_pair", [bad_drafter, incompatible, missing_folder])
+def test_load_errors_show_the_engine_sentence(qtbot, make_window, qwen3_tied_dirs, oracle_dirs, tmp_path,
+                                              make_pair):
+    args = (qwen3_tied_dirs, oracle_dirs, tmp_path) if make_pair is incompatible else (qwen3_tied_dirs, tmp_path)
+    target, drafter = make_pair(*args)
+    expected = check_pair(target, drafter).problems[0]  # the engine's own sentence for this pair
+    w = make_window()
+    choose(w, qwen3_tied_dirs)
+    with qtbot.waitSignal(w.load_finished, timeout=30_000):  # a good pair first: the bad one replaces it
+        w.start_load()
+    choose(w, (target, drafter), PROMPTS[0], max_tokens=12)
+    with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
+        run_and_wait(qtbot, w)
+    assert shown.args == [expected]
+    assert w.error_box.isVisible() and w.error_box.text() == expected
+    assert w.loaded is None
+    # The doctor's inline verdict already said the same before Run.
+    w.models.check_now()
+    assert w.models.verdict_ok is False and expected in w.models.verdict.text()
+    assert_usable_after(qtbot, w, qwen3_tied_dirs, PROMPTS[0])
+
+
+def test_out_of_memory_is_named(qtbot, make_window, qwen3_tied_dirs, monkeypatch):
+    """MLX raises RuntimeError on a failed allocation; simulated at the engine boundary."""
+    real = engine.generate.generate
+
+    def oom(*args, **kwargs):
+        raise RuntimeError("[malloc] Unable to allocate 68719476736 bytes.")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(engine.generate, "generate", oom)
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12)
+    with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
+        run_and_wait(qtbot, w)
+    assert shown.args == [OUT_OF_MEMORY]
+    assert w.loaded is not None  # the pair itself loaded and stays loaded
+    monkeypatch.setattr(engine.generate, "generate", real)
+    assert_usable_after(qtbot, w, qwen3_tied_dirs, PROMPTS[0])
+
+
+@pytest.mark.parametrize("message, oom", [
+    ("[malloc] Unable to allocate 1024 bytes.", True),
+    ("[metal::malloc] Attempting to allocate 9e10 bytes which is greater than the maximum allowed buffer size",
+     True),
+    ("[reshape] Cannot reshape array of size 6 into shape (4).", False),
+])
+def test_out_of_memory_detection(message, oom):
+    assert is_out_of_memory(RuntimeError(message)) is oom
+    assert is_out_of_memory(ValueError(message)) is False
+
+
+@pytest.fixture
+def blocking_target_load(monkeypatch):
+    """Holds the worker inside the target load until the test releases it."""
+    entered, release = threading.Event(), threading.Event()
+    real = engine.session.load_target
+
+    def slow_load_target(path):
+        entered.set()
+        release.wait(timeout=30)
+        return real(path)
+
+    monkeypatch.setattr(engine.session, "load_target", slow_load_target)
+    return entered, release
+
+
+def test_cancel_mid_load(qtbot, make_window, qwen3_tied_dirs, blocking_target_load, monkeypatch):
+    entered, release = blocking_target_load
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12)
+    w.start_run()
+    qtbot.waitUntil(lambda: entered.is_set() and "loading target" in w.models.status.text(), timeout=30_000)
+    assert w.models.progress.isVisible() and w.models.cancel_button.isVisible()
+    with qtbot.waitSignal(w.run_finished, timeout=30_000):
+        qtbot.mouseClick(w.models.cancel_button, Qt.MouseButton.LeftButton)
+        release.set()
+    assert w.loaded is None and w.errors == []  # a cancel is not an error: said inline
+    assert w.models.status.text() == "loading was cancelled." and w.notices[-1] == "loading was cancelled."
+    assert not w.models.progress.isVisible()
+    assert w.prompt.prompt() == PROMPTS[0] and w.prompt.max_tokens.value() == 12
+    monkeypatch.undo()
+    run_and_wait(qtbot, w)
+    assert w.loaded is not None and w.rounds_run.summary.num_generated == 12
+
+
+def test_close_during_a_run_exits_cleanly(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=20000)
+    w.start_run()
+    qtbot.waitUntil(lambda: w.rounds.rounds_model.rowCount() > 0, timeout=60_000)
+    w.close()
+    assert w.host.thread.isFinished() and w.host.worker.pair is None
+
+
+def test_close_during_a_load_exits_cleanly(qtbot, make_window, qwen3_tied_dirs, blocking_target_load):
+    entered, release = blocking_target_load
+    w = make_window()
+    choose(w, qwen3_tied_dirs)
+    w.start_load()
+    qtbot.waitUntil(entered.is_set, timeout=30_000)
+    threading.Timer(0.2, release.set).start()  # the GUI thread is about to wait for the worker
+    w.close()
+    assert w.host.thread.isFinished() and w.host.worker.pair is None
+
+
+def test_bad_settings_are_refused_by_the_engine(qtbot, make_window, qwen3_tied_dirs):
+    """AR-only pair (no drafter) in DFlash mode: the engine's SettingsError sentence, shown as is."""
+    with pytest.raises(SettingsError) as refused:
+        GenerationSettings(max_tokens=12).resolved(load_pair(qwen3_tied_dirs[0], None))
+    w = make_window()
+    choose(w, (qwen3_tied_dirs[0], None), PROMPTS[0], max_tokens=12)
+    with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
+        run_and_wait(qtbot, w)
+    assert shown.args == [str(refused.value)]
+    w.prompt.set_mode("ar")
+    run_and_wait(qtbot, w)
+    assert w.current_run.summary.num_generated == 12

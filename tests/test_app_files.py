@@ -1,0 +1,118 @@
+"""Exports (trace JSONL, Chrome trace, rounds CSV, plots PNG) and replaying a trace with no model loaded."""
+
+import csv
+import json
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+
+from engine.events import to_dict
+from engine.trace import SCHEMA, read_trace
+
+from conftest import PROMPTS
+from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+
+
+def finished_run(qtbot, make_window, dirs, **settings):
+    w = make_window()
+    choose(w, dirs, PROMPTS[0], **{"max_tokens": 30, **settings})
+    run_and_wait(qtbot, w)
+    assert w.errors == []
+    return w
+
+
+def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs, tmp_path):
+    w = finished_run(qtbot, make_window, alternating_dirs, block_size=4)
+    run = w.rounds_run
+    path = tmp_path / "out" / "run.jsonl"
+    assert w.export_trace(path)
+
+    header, records = read_trace(path)
+    assert header["schema"] == SCHEMA and header == json.loads(json.dumps(run.header))
+    assert header["prompt_ids"] == run.start.prompt_ids
+    assert records == [to_dict(e) for e in run.events[1:]]
+
+    # A fresh window, no model loaded: the trace replays into rounds, plots and output.
+    w2 = make_window()
+    assert w2.loaded is None
+    assert w2.open_trace(path)
+    replay = w2.rounds_run
+    assert w2.loaded is None and w2.replaying == path
+    assert w2.rounds.rounds_model.rowCount() == len(run.rounds)
+    assert [w2.rounds.rounds_model.round_at(i) for i in range(len(run.rounds))] == run.rounds
+    assert w2.output.plain_text() == run.summary.text == w.output.plain_text()
+    assert [(t.id, t.kind, t.round, t.block_pos) for t in replay.tokens] == \
+           [(t.id, t.kind, t.round, t.block_pos) for t in run.tokens]
+    # The target's tokenizer is still on disk, so tokens get their own spans as in the live run.
+    assert [(t.start, t.end) for t in replay.tokens] == [(t.start, t.end) for t in run.tokens]
+    live, again = w.plots.series(), w2.plots.series()
+    for key in ("acceptance_length", "position_rate", "stack_draft", "stack_verify", "stack_rollback",
+                "tps_dflash"):
+        np.testing.assert_allclose(again[key], live[key], err_msg=key)
+    assert w2.status_labels["rounds"].text() == f"rounds: {len(run.rounds)}"
+
+    # Exporting the replay writes the same trace again.
+    again_path = tmp_path / "again.jsonl"
+    assert w2.export_trace(again_path)
+    assert read_trace(again_path) == (header, records)
+
+
+def test_replay_without_the_tokenizer_keeps_the_text(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    """When the target folder is gone, each committed batch is one span; the text is still exact."""
+    w = finished_run(qtbot, make_window, qwen3_tied_dirs)
+    path = tmp_path / "run.jsonl"
+    w.export_trace(path)
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["target"] = str(tmp_path / "deleted-target")
+    path.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    w2 = make_window()
+    assert w2.open_trace(path)
+    assert w2.output.plain_text() == w.rounds_run.summary.text
+    assert w2.rounds_run.table is None
+    # Chips fall back to ids; each round's tokens share its batch's text.
+    model = w2.rounds.rounds_model
+    r0 = w.rounds_run.rounds[0]
+    assert f"#{r0.anchor}" in model.index(0, 3).data(Qt.ItemDataRole.ToolTipRole)
+    for r in w2.rounds_run.rounds:
+        spans = {(t.start, t.end) for t in (w2.rounds_run.tokens[i] for i in w2.rounds_run.round_tokens[r.index])}
+        assert len(spans) == 1
+
+
+def test_chrome_csv_and_png_exports(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    w = finished_run(qtbot, make_window, qwen3_tied_dirs)
+    rounds = w.rounds_run.rounds
+
+    chrome = tmp_path / "run.chrome.json"
+    assert w.export_chrome(chrome)
+    events = json.loads(chrome.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert len(spans) == 3 * len(rounds)
+    assert {e["args"]["round"] for e in spans} == {r.index for r in rounds}
+
+    table = tmp_path / "rounds.csv"
+    assert w.export_rounds_csv(table)
+    with open(table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(rounds)
+    for row, r in zip(rows, rounds):
+        assert int(row["index"]) == r.index and int(row["accepted"]) == r.accepted
+        assert [int(x) for x in row["drafted"].split()] == r.drafted
+        assert float(row["verify_ms"]) == r.verify_ms
+
+    png = tmp_path / "plots.png"
+    assert w.save_plots_png(png)
+    image = QImage(str(png))
+    assert not image.isNull() and image.width() > 100 and image.height() > 100
+
+
+def test_export_with_nothing_and_a_bad_trace_are_refused(qtbot, make_window, tmp_path):
+    w = make_window()
+    assert not w.export_trace(tmp_path / "x.jsonl")
+    assert "nothing" in w.errors[-1].lower() or "run a prompt" in w.errors[-1]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "round"}\n')
+    assert not w.open_trace(bad)
+    assert SCHEMA in w.errors[-1] and str(bad) in w.errors[-1]
+    assert w.error_box.isVisible() and not w.error_box.isModal()

@@ -1,0 +1,164 @@
+"""The window's parts on their own: token alignment, refresh budget, the rounds view at scale, the gui command."""
+
+from dataclasses import dataclass
+
+import pytest
+from PySide6.QtGui import QImage
+
+from engine.cli import main as cli
+from engine.events import RoundEvent, StartEvent
+from app.rounds_view import ChipDelegate, RoundsView
+from app.run_record import RunRecord
+from app.throttle import Throttle
+from app.tokens import SpanAligner, chip_text
+
+from test_app_common import app_env  # noqa: F401
+
+
+@dataclass
+class Tok:
+    index: int
+    id: int
+    start: int = -1
+    end: int = -1
+
+
+def feed_all(table, batches):
+    """Feed (text, ids) batches as TextEvents would; returns tokens and spans."""
+    aligner, text, tokens, spans = SpanAligner(table), "", [], []
+    for piece, ids in batches:
+        new = [Tok(len(tokens) + k, i) for k, i in enumerate(ids)]
+        tokens += new
+        text += piece
+        spans += aligner.feed(piece, new)
+    spans += aligner.feed("", [], final=True)
+    assert "".join(s.text for s in spans) == text  # the spans cover the text exactly, in order
+    assert all(text[s.start:s.end] == s.text for s in spans)
+    return tokens, spans
+
+
+def test_aligner_gives_each_token_its_own_text():
+    table = ["a", "bc", " d", "\n"]
+    tokens, spans = feed_all(table, [("a", [0]), ("bc d", [1, 2]), ("\n", [3])])
+    assert [(t.start, t.end) for t in tokens] == [(0, 1), (1, 3), (3, 5), (5, 6)]
+    assert [s.tokens for s in spans] == [(0,), (1,), (2,), (3,)]
+
+
+def test_aligner_waits_for_a_held_back_token():
+    """BPE detokenizers hold a lone space until the next token: the space token waits for its text."""
+    table = ["x", " ", "y"]
+    tokens, spans = feed_all(table, [("x", [0, 1]), (" y", [2])])
+    assert [(t.start, t.end) for t in tokens] == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_aligner_handles_trimmed_and_added_spaces():
+    # The first token's leading space trimmed at the very start (BPE), then SentencePiece-style
+    # pieces decoded without the space the stream has.
+    tokens, _ = feed_all([" Hello", "world"], [("Hello", [0]), (" world", [1])])
+    assert [(t.start, t.end) for t in tokens] == [(0, 5), (5, 11)]
+
+
+def test_aligner_shares_a_batch_it_cannot_split():
+    """Two halves of one UTF-8 character decode to U+FFFD alone; the batch shares the text."""
+    table = ["\ufffd", "\ufffd", "!"]
+    tokens, spans = feed_all(table, [("é", [0, 1]), ("!", [2])])
+    assert [s.tokens for s in spans] == [(0, 1), (2,)]
+    assert (tokens[0].start, tokens[0].end) == (tokens[1].start, tokens[1].end) == (0, 1)
+
+
+def test_aligner_without_a_table_spans_whole_batches_and_flushes_eos():
+    tokens, spans = feed_all(None, [("ab", [5, 6]), ("c", [7]), ("", [8])])
+    assert [s.tokens for s in spans] == [(0, 1), (2,)]
+    assert (tokens[3].start, tokens[3].end) == (3, 3)  # EOS: nothing to show
+
+
+def test_chip_text_makes_whitespace_visible():
+    table = [" x", "\n", "", "abcdefghijklmnop"]
+    assert chip_text(table, 0) == "·x" and chip_text(table, 1) == "↵" and chip_text(table, 2) == "∅"
+    assert chip_text(table, 3, limit=6) == "abcde…" and chip_text(table, 99) == "#99" and chip_text(None, 3) == "#3"
+
+
+def test_throttle_paces_refreshes_by_the_cpu_they_cost():
+    wall, cpu = [0.0], [0.0]
+    t = Throttle(min_interval=0.1, budget=0.02, wall=lambda: wall[0], cpu=lambda: cpu[0])
+    assert t.due()
+    t.started()  # first refresh: nothing measured yet, the minimum gap applies
+    wall[0] = 0.05
+    assert not t.due()
+    wall[0], cpu[0] = 0.1, 0.001  # 1 ms of GUI CPU since: cheap, so the minimum gap again
+    assert t.due()
+    t.started()
+    assert t.last_gap == pytest.approx(0.1)
+    wall[0], cpu[0] = 0.2, 0.009  # 8 ms (a refresh and its repaints): wait 8 / 0.02 = 400 ms
+    t.started()
+    assert t.last_gap == pytest.approx(0.4)
+    wall[0] = 0.59
+    assert not t.due()
+    wall[0] = 0.61
+    assert t.due()
+
+
+class CountingDelegate(ChipDelegate):
+    painted = 0
+
+    def paint(self, painter, option, index):
+        CountingDelegate.painted += 1
+        super().paint(painter, option, index)
+
+
+def synthetic_run(n_rounds: int, block: int = 16) -> RunRecord:
+    run = RunRecord(StartEvent("dflash", {}, {}, [1, 2, 3]), None, [f"t{i}" for i in range(512)])
+    for i in range(n_rounds):
+        acc = i % block
+        drafted = [(i + k) % 500 for k in range(block - 1)]
+        run.add(RoundEvent(i, 3 + i, 7, drafted, min(acc, block - 1), 9, "correction", drafted[:acc] + [9],
+                           1.0, 2.0, 0.1, i * 0.01, i))
+    return run
+
+
+def test_rounds_view_scales_to_thousands_of_rounds(qtbot):
+    """5000 rounds arrive in one batch insert and only visible rows get painted."""
+    view = RoundsView()
+    qtbot.addWidget(view)
+    delegate = CountingDelegate(view)
+    view.setItemDelegateForColumn(2, delegate)
+    view.resize(900, 400)
+    view.show()
+    run = synthetic_run(0)
+    view.set_run(run)
+    inserts = []
+    view.rounds_model.rowsInserted.connect(lambda *a: inserts.append(a))
+    big = synthetic_run(5000)
+    run.rounds = big.rounds
+    view.refresh()
+    assert view.rounds_model.rowCount() == 5000 and len(inserts) == 1
+    CountingDelegate.painted = 0
+    view.grab()
+    visible = view.viewport().height() // view.verticalHeader().defaultSectionSize() + 2
+    assert 0 < CountingDelegate.painted <= visible
+    view.scrollToBottom()
+    CountingDelegate.painted = 0
+    view.grab()
+    assert 0 < CountingDelegate.painted <= visible
+
+
+def test_gui_screenshot_runs_the_demo_in_both_mode(qwen3_tied_dirs, tmp_path, capsys):
+    out = tmp_path / "shots" / "window.png"
+    argv = ["gui", "--screenshot", str(out), "--run-demo", "--target", str(qwen3_tied_dirs[0]),
+            "--drafter", str(qwen3_tied_dirs[1]), "--max-tokens", "16"]
+    assert cli(argv) == 0
+    image = QImage(str(out))
+    assert not image.isNull() and image.width() >= 1000 and image.height() >= 600
+    assert str(out) in capsys.readouterr().out
+
+
+def test_gui_run_demo_without_a_pair_says_so(capsys):
+    assert cli(["gui", "--screenshot", "x.png", "--run-demo"]) == 2
+    err = capsys.readouterr().err
+    assert "demo pair" in err and "--target" in err and err.count("\n") == 1
+
+
+def test_gui_screenshot_of_the_empty_window(tmp_path):
+    out = tmp_path / "empty.png"
+    assert cli(["gui", "--screenshot", str(out)]) == 0
+    assert not QImage(str(out)).isNull()

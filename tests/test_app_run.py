@@ -1,0 +1,189 @@
+"""Runs through the real worker thread: the views hold what the engine's events said."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextCursor
+
+from engine.events import RoundEvent, SummaryEvent
+from engine.generate import GenerationSettings, generate
+from engine.parity import first_divergence
+from engine.prompts import encode_prompt
+from engine.session import load_pair
+from app.run_record import ACCEPTED, AR, PREFILL
+
+from conftest import PROMPTS
+from test_app_common import app_env, choose, make_window, run_and_wait, split_events  # noqa: F401
+
+
+def point_of_token(view, token_index):
+    """A viewport point inside the token's first character."""
+    start, _end = view.token_span(token_index)
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(start)
+    rect = view.cursorRect(cursor)
+    return QPoint(rect.left() + 2, rect.center().y())
+
+
+@pytest.mark.parametrize("dirs_name", ["qwen3_tied_dirs", "oracle_dirs", "alternating_dirs"])
+def test_dflash_run_views_hold_the_engine_events(qtbot, make_window, request, dirs_name):
+    dirs = request.getfixturevalue(dirs_name)
+    w = make_window()
+    choose(w, dirs, PROMPTS[0], max_tokens=40)
+    run_and_wait(qtbot, w)
+    assert w.errors == []
+    run = w.rounds_run
+    rounds, texts, summary = split_events(run)
+    assert summary.num_rounds == len(rounds) > 0
+
+    # Rounds: one row per RoundEvent, in order, showing its numbers.
+    model = w.rounds.rounds_model
+    assert model.rowCount() == len(rounds)
+    for row, r in enumerate(rounds):
+        assert model.round_at(row) is r
+        assert model.index(row, 3).data() == f"{r.accepted}/{len(r.drafted)}"
+        assert model.index(row, 5).data() == f"{r.verify_ms:.2f}"
+
+    # Output: the engine's text, and every token's provenance from its round.
+    assert w.output.plain_text() == summary.text
+    assert run.token_ids() == summary.token_ids
+    assert run.tokens[0].kind == PREFILL and run.tokens[0].round is None
+    for r in rounds:
+        toks = [run.tokens[i] for i in run.round_tokens[r.index]]
+        assert [t.id for t in toks] == r.committed
+        assert [t.kind for t in toks] == [ACCEPTED if k < r.accepted else r.bonus_kind for k in range(len(toks))]
+        assert [t.block_pos for t in toks] == list(range(1, len(toks) + 1))
+
+    # Plots: acceptance per round, per position, stacked times, throughput.
+    s = w.plots.series()
+    np.testing.assert_allclose(s["acceptance_length"], [r.accepted + 1 for r in rounds])
+    np.testing.assert_allclose(s["position_rate"], summary.per_position_acceptance, atol=1e-4)
+    draft = np.array([r.draft_ms for r in rounds])
+    verify = np.array([r.verify_ms for r in rounds])
+    total = draft + verify + np.array([r.rollback_ms for r in rounds])
+    np.testing.assert_allclose(s["stack_draft"], draft)
+    np.testing.assert_allclose(s["stack_verify"], draft + verify)
+    np.testing.assert_allclose(s["stack_rollback"], total)
+    timed = [t for t in texts if t.token_ids and t.t > 0]
+    assert len(s["tps_dflash"]) == len(timed) and len(s["tps_ar"]) == 0
+    assert s["tps_dflash"][-1] == pytest.approx(summary.num_generated / timed[-1].t)
+
+    # Status bar.
+    assert w.status_labels["rounds"].text() == f"rounds: {len(rounds)}"
+    assert w.status_labels["tokens"].text() == f"tokens: {summary.num_generated}"
+    assert f"{summary.mean_acceptance_length:.2f}" in w.status_labels["tau"].text()
+
+
+def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_dirs):
+    """Greedy decoding is deterministic: the window's run equals one made here without the app."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=24, block_size=4)
+    run_and_wait(qtbot, w)
+    pair = load_pair(*qwen3_tied_dirs)
+    ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
+    events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4)))
+    summary = events[-1]
+    assert isinstance(summary, SummaryEvent)
+    assert w.rounds_run.token_ids() == summary.token_ids
+    assert [r.accepted for r in w.rounds_run.rounds] == [e.accepted for e in events if isinstance(e, RoundEvent)]
+    assert all(len(r.drafted) <= 3 for r in w.rounds_run.rounds)
+
+
+def test_round_selection_and_token_clicks_are_linked(qtbot, make_window, alternating_dirs):
+    w = make_window()
+    choose(w, alternating_dirs, PROMPTS[2], max_tokens=30, block_size=4)
+    run_and_wait(qtbot, w)
+    run = w.rounds_run
+    assert len(run.rounds) >= 4
+
+    # Selecting a round highlights exactly its committed tokens in the output.
+    w.rounds.selectRow(2)
+    expected = sorted(w.output.token_span(i) for i in run.round_tokens[2])
+    assert sorted(w.output.highlighted()) == [e for e in expected if e[1] > e[0]]
+    assert w.output.highlighted()
+
+    # Clicking a token of another round selects that round's row.
+    token = run.round_tokens[3][0]
+    qtbot.mouseClick(w.output.viewport(), Qt.MouseButton.LeftButton, pos=point_of_token(w.output, token))
+    assert w.rounds.currentIndex().row() == 3
+    assert sorted(w.output.highlighted()) == sorted(
+        s for s in (w.output.token_span(i) for i in run.round_tokens[3]) if s[1] > s[0])
+
+    # Hovering a token names its round, block position and id.
+    tok = run.tokens[token]
+    assert w.output.token_at(point_of_token(w.output, token)) is tok
+    tip = w.output.tooltip_for(tok)
+    assert f"round {tok.round}" in tip and f"block position {tok.block_pos}" in tip and f"id {tok.id}" in tip
+
+
+def test_ar_mode_tokens_are_plain_ar(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12, mode="ar")
+    run_and_wait(qtbot, w)
+    run = w.current_run
+    assert run.mode == "ar" and w.rounds_run is None
+    assert w.rounds.rounds_model.rowCount() == 0
+    assert [t.kind for t in run.tokens] == [PREFILL] + [AR] * (len(run.tokens) - 1)
+    assert w.output.plain_text() == run.summary.text
+    assert len(w.plots.series()["tps_ar"]) > 0
+
+
+def test_stop_mid_run_with_esc(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=20000)
+    w.activateWindow()
+    w.start_run()
+    qtbot.waitUntil(lambda: w.rounds.rounds_model.rowCount() >= 3, timeout=60_000)
+    with qtbot.waitSignal(w.run_finished, timeout=30_000):
+        qtbot.keyClick(w.prompt.editor, Qt.Key.Key_Escape)
+    run = w.rounds_run
+    assert run.summary.stop_reason == "cancelled"
+    assert run.summary.num_generated < 20000
+    assert w.rounds.rounds_model.rowCount() == run.summary.num_rounds
+    assert w.output.plain_text() == run.summary.text
+    assert w.errors == [] and w.prompt.run_button.isEnabled() and not w.prompt.stop_button.isEnabled()
+    # Still usable: Ctrl+Enter runs again, to the end this time.
+    w.prompt.max_tokens.setValue(8)
+    with qtbot.waitSignal(w.run_finished, timeout=60_000):
+        qtbot.keyClick(w.prompt.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert w.rounds_run.summary.stop_reason == "max_tokens"
+
+
+def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs):
+    """A diverging case built honestly: at temperature 1 AR and DFlash draw their random numbers
+    differently (speculative sampling), so with the same seed their outputs differ."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[3], max_tokens=24, mode="both", temperature=1.0, seed=3)
+    run_and_wait(qtbot, w)
+    ar, df = w.runs["ar"], w.runs["dflash"]
+    result = w.parity_view.result
+    where = first_divergence(ar.token_ids(), df.token_ids())
+    assert where is not None, "this seed must give a diverging pair of outputs"
+    assert not result.identical and result.first_divergence == where
+    assert result.margin_at_divergence is not None
+    assert result.speedup == pytest.approx(df.summary.tok_per_s / ar.summary.tok_per_s, rel=1e-6)
+    # Side by side, each text as its run produced it; differing tokens marked on both sides.
+    assert w.parity_view.ar.plain_text() == ar.summary.text
+    assert w.parity_view.dflash.plain_text() == df.summary.text
+    diffs = [i for i in range(max(len(ar.tokens), len(df.tokens)))
+             if i >= len(ar.tokens) or i >= len(df.tokens) or ar.tokens[i].id != df.tokens[i].id]
+    assert w.parity_view.differences == diffs and diffs[0] == where
+    for view in (w.parity_view.ar, w.parity_view.dflash):
+        spans = sorted(s for s in (view.token_span(i) for i in diffs if view.token_span(i)) if s[1] > s[0])
+        assert sorted(view.marked()) == spans
+    text = w.parity_view.headline.text()
+    assert f"differ from token {where}" in text and f"{result.margin_at_divergence:.3g}" in text
+    assert "✗" in w.center_tabs.tabText(1)
+    # Rounds and round plots show the DFlash run; throughput shows both.
+    assert w.rounds_run is df and w.rounds.rounds_model.rowCount() == df.summary.num_rounds
+    s = w.plots.series()
+    assert len(s["tps_ar"]) > 0 and len(s["tps_dflash"]) > 0
+
+
+def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=16, mode="both")
+    run_and_wait(qtbot, w)
+    assert w.parity_view.result.identical
+    assert w.parity_view.differences == [] and w.parity_view.ar.marked() == []
+    assert "Identical" in w.parity_view.headline.text() and "✓" in w.center_tabs.tabText(1)

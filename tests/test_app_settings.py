@@ -1,0 +1,154 @@
+"""Settings across launches, first launch with and without the demo pair, model lists and drops."""
+
+import json
+import shutil
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+
+from engine.demo_models import SAMPLE_PROMPT
+from app.catalog import DRAFTER, TARGET
+from app.settings import AppSettings, load_settings, settings_path
+
+from test_app_common import app_env, choose, make_window  # noqa: F401
+
+
+def test_settings_saved_and_restored(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, "print('hello')", max_tokens=77, temperature=0.7, top_p=0.9, top_k=40,
+           seed=1234, block_size=6, mode="both")
+    w.prompt.format.setCurrentIndex(w.prompt.format.findData("chat"))
+    with qtbot.waitSignal(w.load_finished, timeout=30_000) as loaded:
+        w.start_load()
+    assert loaded.args == [True]
+    # The thinking toggle follows the loaded tokenizer's chat template.
+    assert w.prompt.thinking.isEnabled() == (w.loaded.has_chat_template and w.loaded.has_thinking)
+    w.resize(720, 640)  # inside the offscreen screen (800x800), where restoreGeometry clamps
+    w.main_split.setSizes([330, 200, 190])
+    sizes = w.main_split.sizes()
+    w.close()
+    assert settings_path().is_file()
+
+    w2 = make_window()
+    p = w2.prompt
+    assert p.prompt() == "print('hello')" and p.format.currentData() == "chat" and p.mode() == "both"
+    assert (p.max_tokens.value(), p.temperature.value(), p.top_p.value(), p.top_k.value(), p.seed.value(),
+            p.block_size.value()) == (77, 0.7, 0.9, 40, 1234, 6)
+    assert w2.models.target_value() == str(qwen3_tied_dirs[0])
+    assert w2.models.drafter_value() == str(qwen3_tied_dirs[1])
+    assert w2.settings.recent_targets[0] == str(qwen3_tied_dirs[0])
+    assert str(qwen3_tied_dirs[1]) in [e.value for e in w2.models.drafter.entries]
+    assert (w2.width(), w2.height()) == (720, 640)
+    assert w2.main_split.sizes() == sizes
+
+
+def test_corrupt_settings_reset_with_a_notice(qtbot, make_window):
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"max_tokens": 5, "temperature": ')
+    w = make_window()
+    assert w.notices and "corrupt" in w.notices[0] and str(path) in w.notices[0]
+    assert w.notice_box.isVisible() and not w.notice_box.isModal()
+    assert w.prompt.max_tokens.value() == AppSettings().max_tokens
+    assert path.with_name("settings.json.corrupt").read_text().startswith('{"max_tokens": 5')
+    w.close()
+    settings, notice = load_settings()
+    assert notice is None and settings.max_tokens == AppSettings().max_tokens
+
+
+def test_wrong_typed_fields_fall_back_alone(qtbot, make_window):
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"max_tokens": "many", "seed": 9, "recent_targets": "x"}))
+    w = make_window()
+    assert "max_tokens" in w.notices[0] and "recent_targets" in w.notices[0]
+    assert w.prompt.seed.value() == 9 and w.prompt.max_tokens.value() == AppSettings().max_tokens
+
+
+def test_first_launch_with_demo_pair_runs_in_one_click(qtbot, make_window, qwen3_tied_dirs, tmp_path,
+                                                       monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "demo-target").symlink_to(qwen3_tied_dirs[0])
+    (models / "demo-drafter").symlink_to(qwen3_tied_dirs[1])
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    w = make_window()
+    assert w.models.target_value() == str(models / "demo-target")
+    assert w.models.drafter_value() == str(models / "demo-drafter")
+    assert w.prompt.prompt() == SAMPLE_PROMPT
+    assert w.models.verdict_ok is True
+    with qtbot.waitSignal(w.run_finished, timeout=60_000):
+        qtbot.mouseClick(w.prompt.run_button, Qt.MouseButton.LeftButton)
+    assert w.errors == []
+    assert w.rounds.rounds_model.rowCount() > 0 and len(w.plots.series()["acceptance_length"]) > 0
+    assert w.output.plain_text() and w.output.plain_text() == w.rounds_run.summary.text
+
+
+def test_first_launch_without_demo_pair_explains(qtbot, make_window):
+    w = make_window()
+    assert w.models.target_value() == "" and w.models.drafter_value() is None
+    assert "demo pair is not installed" in w.models.verdict.text()
+    assert w.prompt.prompt() == SAMPLE_PROMPT
+    w.start_run()
+    assert "choose a target" in w.errors[-1] and not w.busy
+
+
+def fake_hf_repo(cache, repo_id, source, edit=None):
+    """A Hugging Face cache entry as huggingface_hub lays it out (refs/main -> snapshots/<rev>)."""
+    folder = cache / ("models--" + repo_id.replace("/", "--"))
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(rev)
+    (folder / "blobs").mkdir()
+    snap = folder / "snapshots" / rev
+    shutil.copytree(source, snap)
+    if edit:
+        config = json.loads((snap / "config.json").read_text())
+        edit(config)
+        (snap / "config.json").write_text(json.dumps(config))
+    return snap
+
+
+def test_hf_cache_models_listed_and_drafters_matched(qtbot, make_window, qwen3_tied_dirs, app_env):
+    cache = app_env / "hf-cache"
+    target = fake_hf_repo(cache, "org/tiny-target", qwen3_tied_dirs[0])
+    good = fake_hf_repo(cache, "org/tiny-drafter", qwen3_tied_dirs[1])
+    bad = fake_hf_repo(cache, "org/other-drafter", qwen3_tied_dirs[1],
+                       lambda c: c["dflash_config"].update(target_layer_ids=[1, 9]))
+    w = make_window()
+    qtbot.waitUntil(lambda: getattr(w, "hf_scan_done", False), timeout=30_000)
+    targets = {e.value: e for e in w.models.target.entries}
+    drafters = {e.value: e for e in w.models.drafter.entries}
+    assert targets[str(target)].role == TARGET and targets[str(target)].label.startswith("org/tiny-target")
+    assert {str(good), str(bad)} <= set(drafters) and str(good) not in targets
+    assert all(e.role == DRAFTER for e in drafters.values())
+
+    w.models.target.combo.setCurrentIndex(w.models.target.combo.findText(targets[str(target)].label))
+    assert w.models.target_value() == str(target)
+    w.models.check_now()
+    marks = w.models.drafter.marks()
+    assert "✓" in marks[str(good)] and "✗" in marks[str(bad)] and "target_layer_ids" in marks[str(bad)]
+
+
+def drop(window, folder):
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(folder))])
+    enter = QDragEnterEvent(window.rect().center(), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    window.dragEnterEvent(enter)
+    assert enter.isAccepted()
+    event = QDropEvent(QPointF(window.rect().center()), Qt.DropAction.CopyAction, mime,
+                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    window.dropEvent(event)
+
+
+def test_drop_model_folders(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    w = make_window()
+    drop(w, qwen3_tied_dirs[1])
+    drop(w, qwen3_tied_dirs[0])
+    assert w.models.target_value() == str(qwen3_tied_dirs[0])
+    assert w.models.drafter_value() == str(qwen3_tied_dirs[1])
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    drop(w, empty)
+    assert "config.json" in w.errors[-1] and w.models.target_value() == str(qwen3_tied_dirs[0])
