@@ -14,6 +14,7 @@ from typing import Any, Optional
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
+from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
 from engine.checkpoint import WEIGHTS_FILE, check_drafter_weights
@@ -21,26 +22,29 @@ from engine.drafter_config import SLIDING, DrafterConfig, load_drafter_config
 
 
 class ContextCache:
-    """Context K/V of one drafter layer; a sliding layer keeps at most window - 1 positions."""
+    """Context K/V of one drafter layer; a sliding layer keeps at most window - 1 positions.
+
+    Full layers grow through mlx-lm's KVCache (buffers grow in steps, so a round does not
+    copy the whole history); sliding layers are bounded, so concatenating is cheap there.
+    """
 
     def __init__(self, max_keep: Optional[int] = None):
         self.max_keep = max_keep
+        self._growing = KVCache() if max_keep is None else None
         self.keys: Optional[mx.array] = None
         self.values: Optional[mx.array] = None
         self.offset = 0  # absolute position of the next context entry
         self.start = 0  # absolute position of keys[..., 0, :]
 
     def append(self, keys: mx.array, values: mx.array) -> None:
-        if self.keys is None:
-            self.keys, self.values = keys, values
-        else:
-            self.keys = mx.concatenate([self.keys, keys], axis=2)
-            self.values = mx.concatenate([self.values, values], axis=2)
         self.offset += keys.shape[2]
-        kept = self.keys.shape[2]
-        if self.max_keep is not None and kept > self.max_keep:
-            self.keys = self.keys[:, :, -self.max_keep :]
-            self.values = self.values[:, :, -self.max_keep :]
+        if self._growing is not None:
+            self.keys, self.values = self._growing.update_and_fetch(keys, values)
+            return
+        if self.keys is not None:
+            keys = mx.concatenate([self.keys, keys], axis=2)
+            values = mx.concatenate([self.values, values], axis=2)
+        self.keys, self.values = keys[:, :, -self.max_keep :], values[:, :, -self.max_keep :]
         self.start = self.offset - self.keys.shape[2]
 
     @property
