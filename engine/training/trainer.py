@@ -174,12 +174,18 @@ class DrafterTrainer:
         labels = mx.take_along_axis(greedy, label_pos.reshape(B, -1), axis=1).reshape(B, A, L - 1)
         return emb, labels
 
-    def _loss(self, emb, taps, anchors, labels):
+    def _draft_logits(self, emb, taps, anchors) -> mx.array:
+        """(B, A, L-1, V) drafter logits at block positions 1..L-1, in fp32."""
         hidden = self.drafter.forward_blocks(emb, taps, anchors)
-        logits = self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
+        return self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
+
+    def _weighted_ce(self, logits, labels) -> mx.array:
         ce = nn.losses.cross_entropy(logits, labels, reduction="none")  # (B, A, L-1)
         w = self.weights
         return (ce * w).sum() / (w.sum() * ce.shape[0] * ce.shape[1])
+
+    def _loss(self, emb, taps, anchors, labels):
+        return self._weighted_ce(self._draft_logits(emb, taps, anchors), labels)
 
     def batch(self, tokens: np.ndarray, rng: np.random.Generator, batch: int):
         seqs = mx.array(self._windows(tokens, rng, batch))
@@ -206,10 +212,8 @@ class DrafterTrainer:
         losses, taus = [], []
         for _ in range(batches):
             emb, taps, anchors, labels = self.batch(tokens, rng, self.s.batch)
-            hidden = self.drafter.forward_blocks(emb, taps, anchors)
-            logits = self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
-            ce = nn.losses.cross_entropy(logits, labels, reduction="none")
-            losses.append(float(((ce * self.weights).sum() / (self.weights.sum() * ce.shape[0] * ce.shape[1])).item()))
+            logits = self._draft_logits(emb, taps, anchors)
+            losses.append(float(self._weighted_ce(logits, labels).item()))
             right = (mx.argmax(logits, axis=-1) == labels).astype(mx.int32)
             taus.append(float((1 + mx.cumprod(right, axis=-1).sum(axis=-1)).mean().item()))
         return {"eval_loss": round(float(np.mean(losses)), 4), "tau_estimate": round(float(np.mean(taus)), 3)}
