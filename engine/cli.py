@@ -222,7 +222,6 @@ def cmd_bench(args) -> int:
     texts = load_prompts(args.prompts)
     pair = _load(args)
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
-    args.top_p, args.top_k, args.min_p = 1.0, 0, 0.0
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress,
                        with_mlx_lm=args.with_mlx_lm)
