@@ -136,3 +136,61 @@ def test_trained_drafter_partial_accepts_stay_lossless(qwen3_tied_dirs, corpus_d
         assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
         partial += sum(0 < r.accepted < len(r.drafted) for r in rounds)
     assert partial > 0  # the test must exercise partial accepts, or it proves nothing
+
+
+def _ar_tokens(pair, prompt_ids, n):
+    from engine.generate import generate
+
+    settings = GenerationSettings(mode="ar", max_tokens=n)
+    return [t for e in generate(pair, prompt_ids, settings) if e.type == "text" for t in e.token_ids]
+
+
+def _rows(stream, eos):
+    ends = np.flatnonzero(stream == eos)
+    return np.split(stream, ends[:-1] + 1)
+
+
+def test_distilled_rows_are_the_targets_own_greedy_continuations(qwen3_pair, corpus_dir):
+    from engine.training.distill import greedy_continuations
+
+    pair = qwen3_pair
+    eos = pair.tokenizer.eos_token_id
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), eos)
+    tokens = tokens[tokens != eos]  # so that the only EOS in a row is the one that ends it
+    prompt_len, new = 12, 20
+    stream = greedy_continuations(pair, tokens, 5, prompt_lens=(prompt_len, prompt_len), new_tokens=new, batch=2)
+    rows = _rows(stream, eos)
+    assert len(rows) == 5
+    text = tokens.tobytes()
+    for row in rows:
+        prompt, gen = row[:prompt_len], row[prompt_len:-1]
+        assert row[-1] == eos and prompt.tobytes() in text  # a window of the data
+        expected = _ar_tokens(pair, prompt.tolist(), new)
+        if eos in expected:
+            expected = expected[: expected.index(eos)]
+        assert gen.tolist() == expected
+
+
+def test_distillation_is_seeded_and_cached(qwen3_pair, corpus_dir, tmp_path):
+    from engine.training.distill import cached_continuations
+
+    pair = qwen3_pair
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    cache = tmp_path / "distill.npy"
+    first = cached_continuations(pair, tokens, cache, 3, new_tokens=8, seed=1)
+    np.save(cache, first[::-1])  # a cache hit must return the file, not generate again
+    assert np.array_equal(cached_continuations(pair, tokens, cache, 3, new_tokens=8, seed=1), first[::-1])
+    again = cached_continuations(pair, tokens, cache, 3, new_tokens=8, seed=2)  # other settings: regenerate
+    assert not np.array_equal(again, first[::-1])
+    assert np.array_equal(cached_continuations(pair, tokens, tmp_path / "b.npy", 3, new_tokens=8, seed=2), again)
+
+
+def test_cli_distill_trains_on_the_targets_text(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    out = tmp_path / "distilled"
+    args = ["train-drafter", "--target", str(qwen3_tied_dirs[0]), "--data", str(corpus_dir), "--out", str(out),
+            "--steps", "2", "--batch", "2", "--seq-len", "32", "--block-size", "8", "--eval-every", "2"]
+    assert cli(args + ["--distill", "-1"]) == 2
+    assert "--distill" in capsys.readouterr().err
+    assert cli(args + ["--distill", "6", "--distill-new-tokens", "24"]) == 0
+    assert np.load(out / "distill.npy").size > 6 * 24 // 2
+    assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(out)]) == 0

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from engine.errors import DFlashError
 
+DISTILL_FILE = "distill.npy"
+
 
 def add_parser(sub) -> None:
     t = sub.add_parser("train-drafter", help="train a DFlash drafter for a target")
@@ -29,6 +31,10 @@ def add_parser(sub) -> None:
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--checkpoint-every", type=int, default=100)
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--distill", type=int, default=0, metavar="N",
+                   help="train on N greedy continuations written by the target from prompts cut from --data "
+                        "(contexts like those it meets at inference); saved in OUT/distill.npy for --resume")
+    t.add_argument("--distill-new-tokens", type=int, default=224, help="tokens per continuation")
 
 
 def _parse_taps(text: str):
@@ -38,6 +44,25 @@ def _parse_taps(text: str):
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise DFlashError(f"--taps '{text}' must be 'auto' or comma-separated integers.") from None
+
+
+def _distilled(pair, tokens, out: Path, args: argparse.Namespace):
+    from tqdm import tqdm
+
+    from engine.training.distill import cached_continuations
+
+    bar = tqdm(total=args.distill, unit="seq", desc="target writes training text", file=sys.stderr, dynamic_ncols=True)
+
+    def progress(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+
+    try:
+        return cached_continuations(pair, tokens, out / DISTILL_FILE, args.distill, args.distill_new_tokens,
+                                    args.seed, progress)
+    except KeyboardInterrupt:
+        raise DFlashError("interrupted while the target was writing the training text; nothing was trained yet.") from None
+    finally:
+        bar.close()
 
 
 def cmd_train_drafter(args: argparse.Namespace) -> int:
@@ -59,6 +84,10 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     pair = load_pair(args.target, None)
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, texts, eos if eos is not None else 0)
+    if args.distill < 0 or args.distill_new_tokens < 1:
+        raise DFlashError("--distill must be >= 0 (0: train on --data as it is) and --distill-new-tokens >= 1.")
+    if args.distill:
+        tokens = _distilled(pair, tokens, out, args)
     trainer = DrafterTrainer(pair, tokens, out, settings)
     if args.resume and trainer.resume():
         print(f"resumed from step {trainer.step}", file=sys.stderr)

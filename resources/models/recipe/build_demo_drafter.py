@@ -44,6 +44,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--distill-sequences", type=int, default=2400,
+                    help="train on this many greedy continuations written by the target (0: the raw corpus)")
+    ap.add_argument("--distill-new-tokens", type=int, default=224)
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     return ap.parse_args()
@@ -60,7 +63,28 @@ def bench(target: str, drafter: str, max_tokens: int, repeats: int) -> dict:
     return run_bench(pair, prompts, GenerationSettings(max_tokens=max_tokens, block_size=16), repeats)
 
 
-def model_card(args, trainer: DrafterTrainer, tokens: int, wall_s: float, result: dict) -> str:
+def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
+    """The target's greedy continuations of prompts cut from `tokens`, cached in the run folder."""
+    from engine.training.distill import cached_continuations
+
+    started = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        rate = (time.perf_counter() - started) / done
+        print(f"distill {cache.stem}: {done}/{total} sequences, ETA {(total - done) * rate / 60:.1f} min", flush=True)
+
+    return cached_continuations(pair, tokens, cache, sequences, args.distill_new_tokens, seed, progress)
+
+
+def distill_line(args, tokens: int) -> str:
+    if not args.distill_sequences:
+        return f"the corpus itself ({tokens:,} tokens), labels from the target's greedy next tokens."
+    return (f"the target's own greedy continuations ({tokens:,} tokens): {args.distill_sequences} prompts of 8-64\n"
+            f"  tokens cut at random from the corpus, each continued for up to {args.distill_new_tokens} tokens\n"
+            "  (cut at EOS). The held-out figures use 64 continuations of held-out prompts.")
+
+
+def model_card(args, trainer: DrafterTrainer, corpus_tokens: int, tokens: int, wall_s: float, result: dict) -> str:
     cfg = trainer.raw_config
     rows = "\n".join(
         f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | "
@@ -74,7 +98,8 @@ A DFlash drafter for `demo-target`, trained with `dflash-playground`'s own train
 (`engine/training`) by `resources/models/recipe/build_demo_drafter.py`.
 
 - Corpus: Python {python_version()} standard library (same files as the target), held out:
-  {", ".join(HELD_OUT)}; {tokens:,} tokens.
+  {", ".join(HELD_OUT)}; {corpus_tokens:,} tokens.
+- Training text: {distill_line(args, tokens)}
 - Drafter: {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
@@ -110,6 +135,10 @@ def main() -> int:
     tokens = token_stream(pair.tokenizer, [text for _, text in train], eos)
     held_tokens = token_stream(pair.tokenizer, [text for _, text in held], eos)
     out, run_dir = Path(args.out), Path(args.run_dir)
+    corpus_tokens = len(tokens)
+    if args.distill_sequences:
+        tokens = distilled(pair, tokens, run_dir / "distill_train.npy", args.distill_sequences, args, seed=args.seed)
+        held_tokens = distilled(pair, held_tokens, run_dir / "distill_heldout.npy", 64, args, seed=args.seed + 1)
     trainer = DrafterTrainer(pair, tokens, out, settings, checkpoint_dir=run_dir / "checkpoint", eval_tokens=held_tokens)
     if args.resume and trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
@@ -127,7 +156,7 @@ def main() -> int:
     wall = time.perf_counter() - started
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats)
     (out / "bench.json").write_text(json.dumps(result, indent=2))
-    (out / "MODEL_CARD.md").write_text(model_card(args, trainer, len(tokens), wall, result))
+    (out / "MODEL_CARD.md").write_text(model_card(args, trainer, corpus_tokens, len(tokens), wall, result))
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 

@@ -1,0 +1,110 @@
+"""Training text written by the target itself: greedy continuations of prompts cut from the data.
+
+A drafter is asked to predict the target's greedy output given the target's own
+context. Teacher forcing on the raw corpus shows it the corpus's contexts instead,
+which small targets rarely produce themselves (they loop, drift, repeat names).
+Continuations generated here put the drafter's training contexts where inference
+will put them. Generation is batched and greedy, so it is deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from engine.errors import DFlashError
+from engine.session import LoadedPair
+
+DISTILL_BATCH = 128  # rows per batched decode: big enough for BLAS to pay, small enough for any target cache
+
+
+def greedy_continuations(
+    pair: LoadedPair,
+    tokens: np.ndarray,
+    sequences: int,
+    prompt_lens: tuple[int, int] = (8, 64),
+    new_tokens: int = 224,
+    batch: int = 32,
+    seed: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+    should_stop: Optional[Callable[[], bool]] = None,
+) -> np.ndarray:
+    """One int32 stream of `sequences` rows [prompt, greedy continuation], each cut after
+    the first EOS it generates and followed by EOS.
+
+    Prompts are windows of `tokens` at random starts with a random length in prompt_lens
+    (one length per batch, so a batch prefills without padding).
+    """
+    lo, hi = prompt_lens
+    if sequences < 1 or new_tokens < 1 or batch < 1 or not 1 <= lo <= hi:
+        raise DFlashError("distillation needs sequences, new tokens and batch >= 1 and 1 <= min prompt <= max prompt.")
+    if len(tokens) <= hi:
+        raise DFlashError(f"the data holds {len(tokens)} tokens; distillation prompts need more than {hi}.")
+    eos = pair.tokenizer.eos_token_id
+    rng = np.random.default_rng(seed)
+    rows: list[np.ndarray] = []
+    done = 0
+    while done < sequences:
+        if should_stop is not None and should_stop():
+            break
+        n = min(batch, sequences - done)
+        plen = int(rng.integers(lo, hi + 1))
+        starts = rng.integers(0, len(tokens) - plen, size=n)
+        prompts = np.stack([tokens[s : s + plen] for s in starts]).astype(np.int32)
+        generated = _generate_batch(pair.target, prompts, new_tokens)
+        for prompt, gen in zip(prompts, generated):
+            stop = np.flatnonzero(gen == eos)
+            gen = gen[: stop[0]] if stop.size else gen
+            rows.append(np.concatenate([prompt, gen, [eos]]).astype(np.int32))
+        done += n
+        if progress is not None:
+            progress(done, sequences)
+    if not rows:
+        raise DFlashError("distillation stopped before it generated anything.")
+    return np.concatenate(rows)
+
+
+def cached_continuations(
+    pair: LoadedPair,
+    tokens: np.ndarray,
+    cache_file: Path,
+    sequences: int,
+    new_tokens: int = 224,
+    seed: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> np.ndarray:
+    """greedy_continuations, saved to cache_file (.npy, with a .json of its settings) and
+    reused while the settings and the source length match, so a resumed run trains on
+    the same text without generating it again."""
+    meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens))}
+    meta_file = cache_file.with_suffix(".json")
+    if cache_file.is_file() and meta_file.is_file():
+        try:
+            if json.loads(meta_file.read_text()) == meta:
+                return np.load(cache_file)
+        except (ValueError, OSError):
+            pass  # unreadable cache: generate again
+    stream = greedy_continuations(pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed,
+                                  progress=progress)
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache_file, stream)
+    meta_file.write_text(json.dumps(meta))
+    return stream
+
+
+def _generate_batch(model, prompts: np.ndarray, new_tokens: int) -> np.ndarray:
+    """(B, new_tokens) greedy tokens after each prompt row; steps are pipelined."""
+    cache = make_prompt_cache(model)
+    y = mx.argmax(model(mx.array(prompts), cache=cache)[:, -1], axis=-1)
+    out = []
+    for _ in range(new_tokens):
+        nxt = mx.argmax(model(y[:, None], cache=cache)[:, -1], axis=-1)
+        mx.async_eval(nxt)
+        out.append(y)
+        y = nxt
+    return np.array(mx.stack(out, axis=1))
