@@ -150,10 +150,22 @@ def _rows(stream, eos):
     return np.split(stream, ends[:-1] + 1)
 
 
-def test_distilled_rows_are_the_targets_own_greedy_continuations(qwen3_pair, corpus_dir):
+@pytest.fixture(scope="module")
+def hybrid_target_pair(models_root, tokenizer_dir):
+    from engine.tiny_hybrid import write_hybrid_target
+
+    target = models_root / "distill-hybrid-target"
+    if not target.exists():
+        write_hybrid_target(target, tokenizer_dir, "qwen3_5", seed=7)
+    return load_pair(target, None)
+
+
+@pytest.mark.parametrize("which", ["qwen3", "qwen3_5 hybrid"])
+def test_distilled_rows_are_the_targets_own_greedy_continuations(which, request, corpus_dir):
+    """Batched decoding (attention and GatedDeltaNet caches) writes what AR generate writes."""
     from engine.training.distill import greedy_continuations
 
-    pair = qwen3_pair
+    pair = request.getfixturevalue("qwen3_pair" if which == "qwen3" else "hybrid_target_pair")
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), eos)
     tokens = tokens[tokens != eos]  # so that the only EOS in a row is the one that ends it

@@ -92,9 +92,9 @@ def model_card(args, trainer: DrafterTrainer, corpus_tokens: int, tokens: int, w
         for r in result["per_prompt"]
     )
     last = trainer.history[-1] if trainer.history else {}
-    return f"""# demo-drafter
+    return f"""# {Path(args.out).name}
 
-A DFlash drafter for `demo-target`, trained with `dflash-playground`'s own trainer
+A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground`'s own trainer
 (`engine/training`) by `resources/models/recipe/build_demo_drafter.py`.
 
 - Corpus: Python {python_version()} standard library (same files as the target), held out:

@@ -2,8 +2,8 @@
 
 Stages (each resumable, fixed seeds):
 1. target: same corpus and tokenizer recipe as the dense demo target (corpus.py,
-   build_demo_target.prepare_data), a `qwen3_5` model from mlx-lm (layers 0-2, 4-6
-   GatedDeltaNet, 3 and 7 full attention), next-token cross-entropy, checkpoints
+   build_demo_target.prepare_data), a `qwen3_5` model from mlx-lm (layers 0-2
+   GatedDeltaNet, layer 3 full attention), next-token cross-entropy, checkpoints
    in --run-dir; written as an mlx-lm folder with a model card.
 2. drafter: build_demo_drafter.py on that target (engine.training's DrafterTrainer).
 3. bench: AR vs DFlash with tape replay and with re-run rollback, into the card.
@@ -14,8 +14,9 @@ kernels in kernels/ run the recurrence and the tape replay.
     python resources/models/recipe/build_demo_hybrid.py --stage all
     python resources/models/recipe/build_demo_hybrid.py --stage target --resume   # after an interruption
 
-Cost: about 1.5 hours of a 2-core Linux CPU for the default sizes (the target's
-GatedDeltaNet layers train through mlx-lm's sequential ops path).
+Cost: about an hour of a 2-core Linux CPU for the default sizes (the target's
+GatedDeltaNet layers train through mlx-lm's sequential ops path, one step per token,
+which is why the target is small and its sequences short).
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--run-dir", default=str(REPO / "runs/demo-hybrid-target"))
     ap.add_argument("--drafter-run-dir", default=str(REPO / "runs/demo-hybrid-drafter"))
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
-    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
@@ -73,7 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     # model (qwen3_5)
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--hidden-size", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--full-attention-interval", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
@@ -85,8 +86,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     # drafter and bench
-    ap.add_argument("--drafter-steps", type=int, default=1200)
-    ap.add_argument("--taps", default="1,3,5", help="target layers the drafter reads (GatedDeltaNet and attention)")
+    ap.add_argument("--drafter-steps", type=int, default=600)
+    ap.add_argument("--drafter-distill", type=int, default=1200, help="greedy continuations the drafter trains on")
+    ap.add_argument("--drafter-anchors", type=int, default=32)
+    ap.add_argument("--taps", default="1,2,3", help="target layers the drafter reads (GatedDeltaNet and attention)")
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     return ap.parse_args(argv)
@@ -206,7 +209,8 @@ def train_drafter(args) -> None:
     """The dense demo's drafter recipe, pointed at the hybrid target."""
     cmd = [sys.executable, str(HERE / "build_demo_drafter.py"), "--target", args.out, "--out", args.drafter_out,
            "--run-dir", args.drafter_run_dir, "--steps", str(args.drafter_steps), "--taps", args.taps,
-           "--seed", str(args.seed), "--bench-tokens", str(args.bench_tokens),
+           "--seed", str(args.seed), "--distill-sequences", str(args.drafter_distill),
+           "--anchors", str(args.drafter_anchors), "--bench-tokens", str(args.bench_tokens),
            "--bench-repeats", str(args.bench_repeats)]
     if args.resume:
         cmd.append("--resume")
