@@ -86,8 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     # drafter and bench
-    ap.add_argument("--drafter-steps", type=int, default=600)
-    ap.add_argument("--drafter-distill", type=int, default=1200, help="greedy continuations the drafter trains on")
+    ap.add_argument("--drafter-steps", type=int, default=400)
+    ap.add_argument("--drafter-distill", type=int, default=600, help="greedy continuations the drafter trains on")
     ap.add_argument("--drafter-anchors", type=int, default=32)
     ap.add_argument("--taps", default="1,2,3", help="target layers the drafter reads (GatedDeltaNet and attention)")
     ap.add_argument("--bench-tokens", type=int, default=128)
@@ -210,7 +210,8 @@ def train_drafter(args) -> None:
     cmd = [sys.executable, str(HERE / "build_demo_drafter.py"), "--target", args.out, "--out", args.drafter_out,
            "--run-dir", args.drafter_run_dir, "--steps", str(args.drafter_steps), "--taps", args.taps,
            "--seed", str(args.seed), "--distill-sequences", str(args.drafter_distill),
-           "--anchors", str(args.drafter_anchors), "--bench-tokens", str(args.bench_tokens),
+           "--anchors", str(args.drafter_anchors), "--seq-len", str(args.seq_len),
+           "--bench-tokens", str(args.bench_tokens),
            "--bench-repeats", str(args.bench_repeats)]
     if args.resume:
         cmd.append("--resume")
