@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from engine.demo_models import demo_pair
+from engine.demo_models import demo_pairs
 
 TARGET, DRAFTER = "target", "drafter"
 
@@ -40,11 +40,11 @@ def folder_role(folder: str | Path) -> Optional[str]:
 
 
 def demo_entries() -> list[ModelEntry]:
-    pair = demo_pair()
-    if pair is None:
-        return []
-    return [ModelEntry(str(pair[0]), f"{pair[0].name} (demo)", TARGET, "demo"),
-            ModelEntry(str(pair[1]), f"{pair[1].name} (demo)", DRAFTER, "demo")]
+    entries = []
+    for target, drafter in demo_pairs():
+        entries += [ModelEntry(str(target), f"{target.name} (demo)", TARGET, "demo"),
+                    ModelEntry(str(drafter), f"{drafter.name} (demo)", DRAFTER, "demo")]
+    return entries
 
 
 def hf_cache_dir() -> Path:

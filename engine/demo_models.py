@@ -9,6 +9,8 @@ from typing import Optional
 
 DEMO_TARGET = "demo-target"
 DEMO_DRAFTER = "demo-drafter"
+# Every bundled pair, the default first; the hybrid pair shows tape replay (GatedDeltaNet target).
+DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), ("demo-hybrid-target", "demo-hybrid-drafter")]
 SAMPLE_PROMPT = "def fibonacci(n):\n"
 
 
@@ -22,10 +24,25 @@ def models_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "resources" / "models"
 
 
+def _installed(name: str) -> Optional[Path]:
+    folder = models_dir() / name
+    return folder if (folder / "config.json").is_file() else None
+
+
 def demo_pair() -> Optional[tuple[Path, Path]]:
-    """(target, drafter) when both are installed, else None."""
-    base = models_dir()
-    target, drafter = base / DEMO_TARGET, base / DEMO_DRAFTER
-    if (target / "config.json").is_file() and (drafter / "config.json").is_file():
-        return target, drafter
-    return None
+    """The default (target, drafter) when both are installed, else None."""
+    target, drafter = _installed(DEMO_TARGET), _installed(DEMO_DRAFTER)
+    return (target, drafter) if target and drafter else None
+
+
+def demo_pairs() -> list[tuple[Path, Path]]:
+    """Every bundled pair whose target and drafter are both installed, the default first."""
+    found = [(_installed(t), _installed(d)) for t, d in DEMO_PAIRS]
+    return [(t, d) for t, d in found if t and d]
+
+
+def bundled_model(name: str) -> Optional[Path]:
+    """The folder of a bundled demo model called `name` (e.g. 'demo-hybrid-target'), if installed."""
+    if name not in {n for pair in DEMO_PAIRS for n in pair}:
+        return None
+    return _installed(name)

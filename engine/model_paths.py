@@ -15,13 +15,19 @@ def looks_like_hf_id(name: str) -> bool:
 
 
 def resolve_model_path(name: str | Path, download: bool = True) -> Path:
-    """A local folder as is; otherwise the Hugging Face cache, then (if allowed) a download."""
+    """A local folder as is; a bundled demo model by name; otherwise the Hugging Face cache,
+    then (if allowed) a download."""
+    from engine.demo_models import bundled_model
+
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
             raise CheckpointError(f"{path}: expected a model folder, found a file.")
         return path
     text = str(name)
+    bundled = bundled_model(text)
+    if bundled is not None:
+        return bundled
     if not looks_like_hf_id(text):
         raise CheckpointError(f"{path}: no such folder (and it is not a Hugging Face id like 'org/name').")
     from huggingface_hub import snapshot_download

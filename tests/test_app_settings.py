@@ -84,6 +84,22 @@ def test_first_launch_with_demo_pair_runs_in_one_click(qtbot, make_window, qwen3
     assert w.output.plain_text() and w.output.plain_text() == w.rounds_run.summary.text
 
 
+def test_every_bundled_pair_is_listed_the_default_preselected(make_window, qwen3_tied_dirs, sliding_dirs, tmp_path,
+                                                              monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    for name, folder in [("demo-target", qwen3_tied_dirs[0]), ("demo-drafter", qwen3_tied_dirs[1]),
+                         ("demo-hybrid-target", sliding_dirs[0]), ("demo-hybrid-drafter", sliding_dirs[1])]:
+        (models / name).symlink_to(folder)
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    w = make_window()
+    demo_targets = [e.value for e in w.models.target.entries if e.source == "demo"]
+    demo_drafters = [e.value for e in w.models.drafter.entries if e.source == "demo"]
+    assert demo_targets == [str(models / "demo-target"), str(models / "demo-hybrid-target")]
+    assert demo_drafters == [str(models / "demo-drafter"), str(models / "demo-hybrid-drafter")]
+    assert w.models.target_value() == str(models / "demo-target")
+
+
 def test_first_launch_without_demo_pair_explains(qtbot, make_window):
     w = make_window()
     assert w.models.target_value() == "" and w.models.drafter_value() is None

@@ -51,3 +51,18 @@ def test_a_file_is_not_a_model_folder(tmp_path):
     f.write_text("x")
     with pytest.raises(CheckpointError, match="expected a model folder"):
         resolve_model_path(f)
+
+
+def test_bundled_demo_models_resolve_by_name(qwen3_tied_dirs, tmp_path, monkeypatch):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "demo-hybrid-target").symlink_to(qwen3_tied_dirs[0])
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path("demo-hybrid-target") == models / "demo-hybrid-target"
+    with pytest.raises(CheckpointError, match="demo-hybrid-drafter: no such folder"):
+        resolve_model_path("demo-hybrid-drafter")  # a bundled name that is not installed
+    (tmp_path / "demo-hybrid-target").mkdir()  # a folder the user named the same way wins
+    assert resolve_model_path("demo-hybrid-target").resolve() == tmp_path / "demo-hybrid-target"
+    with pytest.raises(CheckpointError, match="no such folder"):
+        resolve_model_path("stray-name")  # other bare names are not looked up among the bundled models
