@@ -104,9 +104,13 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
     if dims is not None:
-        from engine.hybrid import rollback_fact
+        from engine.hybrid import HYBRID_MODEL_TYPES, rollback_fact
 
         report.facts["rollback"] = rollback_fact(dims["model_type"])
+        if dims["model_type"] in HYBRID_MODEL_TYPES:
+            from kernels.gated_delta import kernel_status
+
+            report.facts["gated_delta"] = kernel_status()
     from engine import blas
 
     report.facts["blas"] = blas.status

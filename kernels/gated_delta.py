@@ -4,10 +4,16 @@
 default the GPU kernel of the running backend is used where its shape
 requirements hold (Dk a multiple of 32, one gate per head, fp32 state, as
 mlx-lm's own kernel), and the pure-MLX reference everywhere else.
+
+Before a GPU kernel is first chosen by default, it runs a small problem against the
+reference (`kernel_self_check`); a kernel that fails to build, disagrees with the
+reference, or whose replay does not reproduce its own state exactly is not used in
+this process, and the reference runs instead. Explicit `impl=` skips the check.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import mlx.core as mx
@@ -15,6 +21,10 @@ import mlx.core as mx
 from kernels.gated_delta_ref import gated_delta_rerun_ref, gated_delta_tape_ref, tape_replay_ref
 
 IMPLEMENTATIONS = ("reference", "metal", "cuda")
+SELF_CHECK_ATOL = 1e-4  # fp32; the kernels reduce in another order than the reference (see the tests)
+
+log = logging.getLogger(__name__)
+_self_checks: dict[str, Optional[str]] = {}  # backend -> None (passed) or why it failed
 
 
 def gpu_backend() -> Optional[str]:
@@ -40,7 +50,65 @@ def select(k: mx.array, g: mx.array, state: mx.array, impl: Optional[str] = None
             raise ValueError(f"unknown gated-delta implementation '{impl}'; expected one of {IMPLEMENTATIONS}.")
         return impl
     backend = gpu_backend()
-    return backend if backend is not None and _kernel_fits(k, g, state) else "reference"
+    if backend is None or not _kernel_fits(k, g, state) or kernel_self_check(backend) is not None:
+        return "reference"
+    return backend
+
+
+def kernel_self_check(backend: str) -> Optional[str]:
+    """None when `backend`'s kernels agree with the reference on a small problem; else why not.
+
+    Runs once per backend and process. Compares the tape pass (y, state, innovations)
+    with the reference, and requires replay to reproduce the kernel's own state bit for
+    bit, which is what lossless rollback rests on.
+    """
+    if backend not in _self_checks:
+        try:
+            _self_checks[backend] = _run_self_check(backend)
+        except Exception as exc:  # a kernel that does not compile or launch
+            _self_checks[backend] = f"{type(exc).__name__}: {exc}"
+        if _self_checks[backend] is not None:
+            log.warning("the %s gated-delta kernels failed their self-check (%s); using the reference",
+                        backend, _self_checks[backend])
+    return _self_checks[backend]
+
+
+def kernel_status() -> str:
+    """Which gated-delta implementation runs here, for doctor."""
+    backend = gpu_backend()
+    if backend is None:
+        return "reference (pure MLX; no GPU backend)"
+    problem = kernel_self_check(backend)
+    if problem is None:
+        return f"{backend} kernels (self-check against the reference passed)"
+    return f"reference ({backend} kernels failed their self-check: {problem})"
+
+
+def _run_self_check(backend: str) -> Optional[str]:
+    B, T, Hk, Hv, Dk, Dv = 1, 6, 1, 2, 32, 32
+    key = mx.random.key(0)
+    kq, kk, kv, kg, kb, ks = mx.random.split(key, 6)
+    q = mx.random.normal((B, T, Hk, Dk), key=kq) / Dk
+    k = mx.random.normal((B, T, Hk, Dk), key=kk)
+    k = k / mx.sqrt((k * k).sum(-1, keepdims=True))
+    v = mx.random.normal((B, T, Hv, Dv), key=kv)
+    g = mx.random.uniform(0.5, 1.0, (B, T, Hv), key=kg)
+    beta = mx.sigmoid(mx.random.normal((B, T, Hv), key=kb))
+    state = mx.random.normal((B, Hv, Dv, Dk), key=ks) * 0.1
+    with mx.stream(mx.default_device()):  # the GPU whenever a kernel is chosen by default
+        got = gated_delta_tape(q, k, v, g, beta, state, impl=backend)
+        replayed = tape_replay(state, k[:, :3], g[:, :3], got[2][:, :3], impl=backend)
+        stepped = gated_delta_tape(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3], state, impl=backend)[1]
+        mx.eval(got, replayed, stepped)
+    with mx.stream(mx.cpu):
+        want = gated_delta_tape(q, k, v, g, beta, state, impl="reference")
+        mx.eval(want)
+    for name, a, b in zip(("y", "state", "delta"), got, want):
+        if not mx.allclose(a, b, atol=SELF_CHECK_ATOL, rtol=SELF_CHECK_ATOL).item():
+            return f"{name} differs from the reference by {mx.abs(a - b).max().item():.3g}"
+    if not mx.array_equal(replayed, stepped).item():
+        return "tape replay does not reproduce the state of the same steps"
+    return None
 
 
 def _zeros_state(q: mx.array, v: mx.array) -> mx.array:

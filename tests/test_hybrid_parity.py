@@ -21,6 +21,7 @@ from engine.session import load_pair
 from engine.streams import STREAM
 from engine.target import make_target_cache
 from engine.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
+from kernels.gated_delta import kernel_status
 
 from conftest import PROMPTS
 from helpers import run
@@ -142,9 +143,12 @@ def test_taps_compose_with_taped_layers(hybrid_dirs):
 
 def test_doctor_and_facts_name_the_rollback(hybrid_dirs, hybrid_pairs, qwen3_tied_dirs):
     for kind, dirs in hybrid_dirs.items():
-        assert check_pair(*dirs).facts["rollback"].startswith("tape replay"), kind
+        facts = check_pair(*dirs).facts
+        assert facts["rollback"].startswith("tape replay"), kind
+        assert facts["gated_delta"] == kernel_status(), kind  # which kernels run the recurrence here
         assert hybrid_pairs[kind].facts()["rollback"] == "tape-replay"
-    assert check_pair(*qwen3_tied_dirs).facts["rollback"].startswith("kv-trim")
+    dense = check_pair(*qwen3_tied_dirs).facts
+    assert dense["rollback"].startswith("kv-trim") and "gated_delta" not in dense
 
 
 def test_rollback_setting_is_checked(hybrid_pairs):

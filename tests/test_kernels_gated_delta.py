@@ -130,3 +130,50 @@ def test_cuda_kernels(dtype):
     with mx.stream(mx.gpu):
         assert gpu_backend() == "cuda"
         check_against_reference("cuda", dtype)
+
+
+# ---- the runtime self-check that guards the default choice of a GPU kernel ----------------------
+
+@pytest.fixture
+def pretend_metal(monkeypatch):
+    """Dispatch as if MLX ran on Metal; the 'kernel' is whatever the test puts in gated_delta_metal."""
+    import kernels.gated_delta as gd
+    import kernels.gated_delta_metal as metal
+
+    monkeypatch.setattr(gd, "gpu_backend", lambda: "metal")
+    monkeypatch.setattr(gd, "_self_checks", {})
+    monkeypatch.setattr(metal, "gated_delta_tape_metal",
+                        lambda q, k, v, g, b, s: gated_delta_tape(q, k, v, g, b, s, impl="reference"))
+    monkeypatch.setattr(metal, "tape_replay_metal", lambda s, k, g, d: tape_replay(s, k, g, d, impl="reference"))
+    return gd, metal
+
+
+def test_a_kernel_that_agrees_with_the_reference_is_chosen(pretend_metal):
+    gd, _ = pretend_metal
+    q, k, v, g, beta, state = inputs(Dk=64)
+    assert gd.select(k, g, state) == "metal"
+    assert "self-check against the reference passed" in gd.kernel_status()
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("raises", "RuntimeError: no Metal device"),
+    ("wrong state", "state differs from the reference"),
+    ("replay drifts", "tape replay does not reproduce"),
+])
+def test_a_kernel_that_fails_its_self_check_falls_back_to_the_reference(pretend_metal, monkeypatch, fault, message):
+    gd, metal = pretend_metal
+    if fault == "raises":
+        def broken(*args):
+            raise RuntimeError("no Metal device")
+        monkeypatch.setattr(metal, "gated_delta_tape_metal", broken)
+    elif fault == "wrong state":
+        def broken(q, k, v, g, b, s):
+            y, final, delta = gated_delta_tape(q, k, v, g, b, s, impl="reference")
+            return y, final + 1e-2, delta
+        monkeypatch.setattr(metal, "gated_delta_tape_metal", broken)
+    else:
+        monkeypatch.setattr(metal, "tape_replay_metal",
+                            lambda s, k, g, d: tape_replay(s, k, g, d, impl="reference") * (1 + 1e-6))
+    q, k, v, g, beta, state = inputs(Dk=64)
+    assert gd.select(k, g, state) == "reference"
+    assert message in gd.kernel_status() and gd.kernel_status().startswith("reference")
