@@ -76,6 +76,9 @@ class ModelPicker(QWidget):
             if self.combo.itemData(i, VALUE_ROLE) == value:
                 self.combo.setCurrentIndex(i)
                 return
+        # No listed item may stay current under typed text: updating that item's data
+        # (the fit marks do, when the target changes) would put its text back.
+        self.combo.setCurrentIndex(-1)
         self.combo.setEditText(value)
 
     def set_entries(self, entries: list[ModelEntry]) -> None:

@@ -168,3 +168,19 @@ def test_drop_model_folders(qtbot, make_window, qwen3_tied_dirs, tmp_path):
     empty.mkdir()
     drop(w, empty)
     assert "config.json" in w.errors[-1] and w.models.target_value() == str(qwen3_tied_dirs[0])
+
+
+def test_a_typed_drafter_survives_the_fit_marks_of_a_target_change(make_window, qwen3_tied_dirs, sliding_dirs):
+    """Typing a drafter over a listed one, then changing the target, keeps what was typed."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"target": str(qwen3_tied_dirs[0]), "drafter": str(qwen3_tied_dirs[1]),
+                                "recent_targets": [str(qwen3_tied_dirs[0])],
+                                "recent_drafters": [str(qwen3_tied_dirs[1])]}))
+    w = make_window()
+    assert w.models.drafter_value() == str(qwen3_tied_dirs[1])
+    w.models.drafter.set_value(str(sliding_dirs[1]))
+    w.models.target.set_value(str(sliding_dirs[0]))
+    w.models.check_now()  # marks every listed drafter against the new target
+    assert w.models.drafter_value() == str(sliding_dirs[1])
+    assert w.models.verdict_ok is True
