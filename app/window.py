@@ -37,7 +37,7 @@ from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
 from app.rounds_view import RoundsView
 from app.run_record import RunRecord
-from app.settings import AppSettings, load_settings, save_settings
+from app.settings import AppSettings, load_settings, save_settings, settings_path
 from app.throttle import Throttle
 from app.worker import WorkerHost
 
@@ -61,7 +61,8 @@ class MainWindow(QMainWindow):
     def __init__(self, persist: bool = True, parent=None):
         super().__init__(parent)
         self.persist = persist
-        self.settings, notice = load_settings()
+        self.settings_file = settings_path()  # saved back where it was read, whatever the env says later
+        self.settings, notice = load_settings(self.settings_file)
         self.host = WorkerHost(self)
         self.loaded: Optional[PairInfo] = None
         self.runs: dict[str, RunRecord] = {}
@@ -217,7 +218,7 @@ class MainWindow(QMainWindow):
         return s
 
     def save_settings(self) -> None:
-        problem = save_settings(self.collect_settings())
+        problem = save_settings(self.collect_settings(), self.settings_file)
         if problem:
             log.warning(problem)
 

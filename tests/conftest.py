@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# No test may read or write the user's own settings and logs; app tests narrow these further.
+_SANDBOX = Path(__import__("tempfile").mkdtemp(prefix="dflash-tests-"))
+os.environ["DFLASH_CONFIG_DIR"] = str(_SANDBOX / "config")
+os.environ["DFLASH_LOG_DIR"] = str(_SANDBOX / "logs")
 
 import engine  # noqa: E402,F401  (optimised BLAS before MLX)
 from engine.session import load_pair  # noqa: E402

@@ -184,3 +184,11 @@ def test_a_typed_drafter_survives_the_fit_marks_of_a_target_change(make_window, 
     w.models.check_now()  # marks every listed drafter against the new target
     assert w.models.drafter_value() == str(sliding_dirs[1])
     assert w.models.verdict_ok is True
+
+
+def test_window_saves_settings_where_it_read_them(make_window, tmp_path, monkeypatch):
+    w = make_window()
+    read_from = w.settings_file
+    monkeypatch.setenv("DFLASH_CONFIG_DIR", str(tmp_path / "elsewhere"))
+    w.save_settings()
+    assert read_from.is_file() and not (tmp_path / "elsewhere").exists()
