@@ -80,6 +80,12 @@ def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
     return cached_continuations(pair, tokens, cache, sequences, args.distill_new_tokens, seed, progress)
 
 
+def blas_line() -> str:
+    from engine import blas
+
+    return blas.status.split(" (")[0]
+
+
 def distill_line(args, tokens: int) -> str:
     if not args.distill_sequences:
         return f"the corpus itself ({tokens:,} tokens), labels from the target's greedy next tokens."
@@ -115,7 +121,8 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, same process)
 
-Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU.
+Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU
+(BLAS: {blas_line()}).
 
 | prompt | AR tok/s | DFlash tok/s | speedup | tau | draft ms | verify ms |
 | --- | ---: | ---: | ---: | ---: | ---: | ---: |

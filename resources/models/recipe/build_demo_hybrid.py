@@ -249,7 +249,9 @@ def bench_rollbacks(args) -> dict:
                   f"seed {t['seed']}; wall {r['train_wall_s'] / 60:.1f} min.",
                   f"- Final train loss {r['final_train_loss']:.3f}; held-out loss {r['heldout_loss']:.3f} "
                   f"(perplexity {math.exp(r['heldout_loss']):.1f}).", ""]
-    lines += ["## Benchmark (`bench`, T=0, block 16, this machine's CPU)", "",
+    from build_demo_drafter import blas_line
+
+    lines += [f"## Benchmark (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas_line()})", "",
               "| rollback | AR tok/s | DFlash tok/s | speedup | tau | verify ms | rollback ms | identical |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for mode, r in summary.items():
