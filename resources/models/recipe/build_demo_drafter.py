@@ -89,7 +89,11 @@ def blas_line() -> str:
 def distill_line(args, tokens: int) -> str:
     if not args.distill_sequences:
         return f"the corpus itself ({tokens:,} tokens), labels from the target's greedy next tokens."
-    return (f"the target's own greedy continuations ({tokens:,} tokens): {args.distill_sequences} prompts of 8-64\n"
+    from engine.training.distill import PROMPT_LENS
+
+    shortest, longest = PROMPT_LENS
+    return (f"the target's own greedy continuations ({tokens:,} tokens): {args.distill_sequences} prompts of "
+            f"{shortest}-{longest}\n"
             f"  tokens cut at random from the corpus, each continued for up to {args.distill_new_tokens} tokens\n"
             "  (cut at EOS). The held-out figures use 64 continuations of held-out prompts.")
 
