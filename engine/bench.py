@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine import blas
 from engine.errors import DFlashError
 from engine.events import RoundEvent, SummaryEvent
 from engine.generate import CancelToken, GenerationSettings, generate
@@ -120,5 +121,6 @@ def run_bench(
         "max_tokens": settings.max_tokens,
         "block_size": df_settings.block_size or (pair.drafter.cfg.block_size if pair.drafter else None),
         "temperature": settings.sampling.temperature,
+        "blas": blas.status,
         "per_prompt": per_prompt,
     }

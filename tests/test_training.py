@@ -206,3 +206,74 @@ def test_cli_distill_trains_on_the_targets_text(qwen3_tied_dirs, corpus_dir, tmp
     assert cli(args + ["--distill", "6", "--distill-new-tokens", "24"]) == 0
     assert np.load(out / "distill.npy").size > 6 * 24 // 2
     assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(out)]) == 0
+
+
+def test_prompt_continuations_keep_order_and_match_ar(qwen3_pair, tmp_path):
+    """Prompts of mixed lengths decode in length groups, yet each row is its own prompt's AR output."""
+    from engine.training.distill import cached_prompt_continuations, prompt_continuations
+
+    pair = qwen3_pair
+    eos = pair.tokenizer.eos_token_id
+    texts = ["def f(x):\n", "class Stack:\n    def push(self, item):\n", "import os\n", "def g():\n    return 1\n"]
+    prompts = [encode_prompt(pair.tokenizer, t, chat=False) for t in texts]
+    assert len({len(p) for p in prompts}) > 1
+    new = 16
+    stream = prompt_continuations(pair, prompts, new_tokens=new, batch=2)
+    rows = _rows(stream, eos)
+    assert len(rows) == len(prompts)
+    for prompt, row in zip(prompts, rows):
+        assert row[: len(prompt)].tolist() == prompt
+        expected = _ar_tokens(pair, prompt, new)
+        if eos in expected:
+            expected = expected[: expected.index(eos)]
+        assert row[len(prompt) : -1].tolist() == expected
+
+    cache = tmp_path / "p.npy"
+    first = cached_prompt_continuations(pair, prompts, cache, new_tokens=new)
+    assert np.array_equal(first, stream)
+    np.save(cache, first[::-1])  # a hit returns the file
+    assert np.array_equal(cached_prompt_continuations(pair, prompts, cache, new_tokens=new), first[::-1])
+    other = cached_prompt_continuations(pair, prompts[:2], cache, new_tokens=new)  # other prompts: regenerate
+    assert len(_rows(other, eos)) == 2
+
+
+def test_init_fine_tunes_the_given_drafter(qwen3_tied_dirs, corpus_dir, tmp_path):
+    """--init starts from the drafter's own weights and architecture, and rejects one that does not fit."""
+    start = tmp_path / "start"
+    make_trainer(qwen3_tied_dirs[0], corpus_dir, start, SMALL).run(checkpoint_every=100)
+    fresh = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "fresh", replace(SMALL, block_size=16))
+    tuned = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "tuned",
+                         replace(SMALL, block_size=16, layers=3, init=str(start)))
+    assert tuned.s.block_size == SMALL.block_size and tuned.s.layers == 1  # the drafter's, not the settings'
+    assert tuned.evaluate() == make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "again",
+                                            replace(SMALL, init=str(start))).evaluate()
+    assert tuned.evaluate()["eval_loss"] < fresh.evaluate()["eval_loss"] - 0.3  # trained weights, not random
+    tuned.run(checkpoint_every=100)
+    assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(tmp_path / "tuned")]) == 0
+
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for f in start.iterdir():
+        if f.is_file():
+            (wrong / f.name).write_bytes(f.read_bytes())
+    config = json.loads((wrong / "config.json").read_text())
+    config["hidden_size"] = 32
+    (wrong / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DFlashError, match="--init .*wrong.*has shape"):
+        make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "w", replace(SMALL, init=str(wrong)))
+
+
+def test_cli_fine_tunes_on_prompts_shaped_like_use(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    target, drafter = qwen3_tied_dirs
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    out = tmp_path / "tuned"
+    args = ["train-drafter", "--target", str(target), "--data", str(corpus_dir), "--out", str(out), "--init",
+            str(drafter), "--steps", "2", "--batch", "2", "--seq-len", "32", "--eval-every", "2"]
+    assert cli(args + ["--layers", "2"]) == 2
+    assert "--layers cannot be combined with --init" in capsys.readouterr().err
+    assert cli(args + ["--distill-prompts", str(prompts), "--distill-new-tokens", "12"]) == 0
+    written = np.load(out / "distill_prompts.npy")
+    assert len(_rows(written, load_pair(target, None).tokenizer.eos_token_id)) == len(PROMPTS)
+    assert json.loads((out / "config.json").read_text()) == json.loads((drafter / "config.json").read_text())
+    assert cli(["doctor", "--target", str(target), "--drafter", str(out)]) == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 from engine.errors import DFlashError
 
 DISTILL_FILE = "distill.npy"
+DISTILL_PROMPTS_FILE = "distill_prompts.npy"
 
 
 def add_parser(sub) -> None:
@@ -17,9 +18,12 @@ def add_parser(sub) -> None:
     t.add_argument("--target", required=True, help="target model: folder or Hugging Face id")
     t.add_argument("--data", required=True, nargs="+", help="text files, folders of them, or JSONL with 'text'")
     t.add_argument("--out", required=True, help="output folder (config.json + model.safetensors)")
-    t.add_argument("--layers", type=int, default=1)
-    t.add_argument("--block-size", type=int, default=16)
-    t.add_argument("--taps", default="auto", help="'auto' or comma-separated target layer ids")
+    t.add_argument("--init", metavar="DRAFTER",
+                   help="fine-tune this drafter (folder or Hugging Face id) instead of starting from random "
+                        "weights; it fixes layers, taps, block size and MLP width")
+    t.add_argument("--layers", type=int, help="drafter layers (default 1)")
+    t.add_argument("--block-size", type=int, help="block size (default 16)")
+    t.add_argument("--taps", help="'auto' (the default) or comma-separated target layer ids")
     t.add_argument("--steps", type=int, default=1000)
     t.add_argument("--batch", type=int, default=8)
     t.add_argument("--seq-len", type=int, default=256)
@@ -34,6 +38,10 @@ def add_parser(sub) -> None:
     t.add_argument("--distill", type=int, default=0, metavar="N",
                    help="train on N greedy continuations written by the target from prompts cut from --data "
                         "(contexts like those it meets at inference); saved in OUT/distill.npy for --resume")
+    t.add_argument("--distill-prompts", metavar="JSONL",
+                   help="also train on the target's continuation of every prompt in this file (one "
+                        "{\"prompt\": ...} per line, as for bench): prompts shaped like your own use; "
+                        "saved in OUT/distill_prompts.npy")
     t.add_argument("--distill-new-tokens", type=int, default=224, help="tokens per continuation")
 
 
@@ -47,18 +55,30 @@ def _parse_taps(text: str):
 
 
 def _distilled(pair, tokens, out: Path, args: argparse.Namespace):
+    """The training stream: continuations of --distill windows and/or of --distill-prompts, each cached."""
+    import numpy as np
+
+    from engine.bench import load_prompts
+    from engine.prompts import encode_prompt
+    from engine.training.distill import cached_continuations, cached_prompt_continuations
+
+    parts = []
+    if args.distill:
+        parts.append(_with_bar(args.distill, lambda progress: cached_continuations(
+            pair, tokens, out / DISTILL_FILE, args.distill, args.distill_new_tokens, args.seed, progress)))
+    if args.distill_prompts:
+        prompts = [encode_prompt(pair.tokenizer, text) for text in load_prompts(args.distill_prompts)]
+        parts.append(_with_bar(len(prompts), lambda progress: cached_prompt_continuations(
+            pair, prompts, out / DISTILL_PROMPTS_FILE, args.distill_new_tokens, progress)))
+    return np.concatenate(parts)
+
+
+def _with_bar(total: int, make):
     from tqdm import tqdm
 
-    from engine.training.distill import cached_continuations
-
-    bar = tqdm(total=args.distill, unit="seq", desc="target writes training text", file=sys.stderr, dynamic_ncols=True)
-
-    def progress(done: int, total: int) -> None:
-        bar.update(done - bar.n)
-
+    bar = tqdm(total=total, unit="seq", desc="target writes training text", file=sys.stderr, dynamic_ncols=True)
     try:
-        return cached_continuations(pair, tokens, out / DISTILL_FILE, args.distill, args.distill_new_tokens,
-                                    args.seed, progress)
+        return make(lambda done, _total: bar.update(done - bar.n))
     except KeyboardInterrupt:
         raise DFlashError("interrupted while the target was writing the training text; nothing was trained yet.") from None
     finally:
@@ -75,10 +95,18 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if (out / CHECKPOINT_DIR).exists() and not args.resume:
         raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue it, or choose another --out.")
+    if args.init:
+        given = [flag for flag, value in (("--layers", args.layers), ("--block-size", args.block_size),
+                                          ("--taps", args.taps), ("--intermediate-size", args.intermediate_size))
+                 if value is not None]
+        if given:
+            raise DFlashError(f"{', '.join(given)} cannot be combined with --init: a fine-tuned drafter keeps "
+                              "the architecture of the one it starts from.")
     settings = TrainSettings(
-        layers=args.layers, block_size=args.block_size, taps=_parse_taps(args.taps), steps=args.steps,
-        batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr, warmup=args.warmup,
-        seed=args.seed, intermediate_size=args.intermediate_size, eval_every=args.eval_every,
+        layers=args.layers or 1, block_size=args.block_size or 16, taps=_parse_taps(args.taps or "auto"),
+        steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
+        warmup=args.warmup, seed=args.seed, intermediate_size=args.intermediate_size,
+        eval_every=args.eval_every, init=args.init,
     )
     texts = read_texts(args.data)
     pair = load_pair(args.target, None)
@@ -86,7 +114,7 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     tokens = token_stream(pair.tokenizer, texts, eos if eos is not None else 0)
     if args.distill < 0 or args.distill_new_tokens < 1:
         raise DFlashError("--distill must be >= 0 (0: train on --data as it is) and --distill-new-tokens >= 1.")
-    if args.distill:
+    if args.distill or args.distill_prompts:
         tokens = _distilled(pair, tokens, out, args)
     trainer = DrafterTrainer(pair, tokens, out, settings)
     if args.resume and trainer.resume():

@@ -9,6 +9,7 @@ will put them. Generation is batched and greedy, so it is deterministic for a se
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Callable, Optional
@@ -45,24 +46,45 @@ def greedy_continuations(
         raise DFlashError("distillation needs sequences, new tokens and batch >= 1 and 1 <= min prompt <= max prompt.")
     if len(tokens) <= hi:
         raise DFlashError(f"the data holds {len(tokens)} tokens; distillation prompts need more than {hi}.")
-    eos = pair.tokenizer.eos_token_id
     rng = np.random.default_rng(seed)
     rows: list[np.ndarray] = []
-    done = 0
-    while done < sequences:
-        n = min(batch, sequences - done)
+    while len(rows) < sequences:
+        n = min(batch, sequences - len(rows))
         plen = int(rng.integers(lo, hi + 1))
         starts = rng.integers(0, len(tokens) - plen, size=n)
         prompts = np.stack([tokens[s : s + plen] for s in starts]).astype(np.int32)
-        generated = _generate_batch(pair.target, prompts, new_tokens)
-        for prompt, gen in zip(prompts, generated):
-            stop = np.flatnonzero(gen == eos)
-            gen = gen[: stop[0]] if stop.size else gen
-            rows.append(np.concatenate([prompt, gen, [eos]]).astype(np.int32))
-        done += n
+        rows += _rows(pair, prompts, new_tokens)
         if progress is not None:
-            progress(done, sequences)
+            progress(len(rows), sequences)
     return np.concatenate(rows)
+
+
+def prompt_continuations(
+    pair: LoadedPair,
+    prompts: list[list[int]],
+    new_tokens: int = 224,
+    batch: int = 32,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> np.ndarray:
+    """greedy_continuations' rows for given prompts (say, ones shaped like real use), in order.
+
+    Prompts of equal length are decoded together, so no batch needs padding.
+    """
+    if not prompts or any(len(p) < 1 for p in prompts) or new_tokens < 1 or batch < 1:
+        raise DFlashError("distillation needs at least one non-empty prompt, and new tokens and batch >= 1.")
+    by_len: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_len.setdefault(len(p), []).append(i)
+    rows: dict[int, np.ndarray] = {}
+    for length in sorted(by_len):
+        members = by_len[length]
+        for k in range(0, len(members), batch):
+            chunk = members[k : k + batch]
+            batch_rows = _rows(pair, np.array([prompts[i] for i in chunk], dtype=np.int32), new_tokens)
+            rows.update(zip(chunk, batch_rows))
+            if progress is not None:
+                progress(len(rows), len(prompts))
+    return np.concatenate([rows[i] for i in range(len(prompts))])
 
 
 def cached_continuations(
@@ -78,6 +100,25 @@ def cached_continuations(
     reused while the settings and the source length match, so a resumed run trains on
     the same text without generating it again."""
     meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens))}
+    return _cached(cache_file, meta, lambda: greedy_continuations(
+        pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed, progress=progress))
+
+
+def cached_prompt_continuations(
+    pair: LoadedPair,
+    prompts: list[list[int]],
+    cache_file: Path,
+    new_tokens: int = 224,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> np.ndarray:
+    """prompt_continuations, cached like cached_continuations (keyed by a hash of the prompts)."""
+    digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
+    meta = {"prompts": len(prompts), "prompts_sha256": digest, "new_tokens": new_tokens}
+    return _cached(cache_file, meta, lambda: prompt_continuations(
+        pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress))
+
+
+def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.ndarray:
     meta_file = cache_file.with_suffix(".json")
     if cache_file.is_file() and meta_file.is_file():
         try:
@@ -85,12 +126,22 @@ def cached_continuations(
                 return np.load(cache_file)
         except (ValueError, OSError):
             pass  # unreadable cache: generate again
-    stream = greedy_continuations(pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed,
-                                  progress=progress)
+    stream = make()
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache_file, stream)
     meta_file.write_text(json.dumps(meta))
     return stream
+
+
+def _rows(pair: LoadedPair, prompts: np.ndarray, new_tokens: int) -> list[np.ndarray]:
+    """[prompt, greedy continuation cut after its first EOS, EOS] for each row of prompts (B, P)."""
+    eos = pair.tokenizer.eos_token_id
+    rows = []
+    for prompt, gen in zip(prompts, _generate_batch(pair.target, prompts, new_tokens)):
+        stop = np.flatnonzero(gen == eos)
+        gen = gen[: stop[0]] if stop.size else gen
+        rows.append(np.concatenate([prompt, gen, [eos]]).astype(np.int32))
+    return rows
 
 
 def _generate_batch(model, prompts: np.ndarray, new_tokens: int) -> np.ndarray:

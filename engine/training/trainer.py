@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,6 +49,7 @@ class TrainSettings:
     intermediate_size: Optional[int] = None
     eval_every: int = 100
     eval_fraction: float = 0.05
+    init: Optional[str] = None  # a drafter (folder or id) to fine-tune; its config fixes the architecture
 
 
 def find_mask_token(tokenizer) -> int:
@@ -94,6 +95,24 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
     }
 
 
+def _initial_drafter(pair: LoadedPair, s: TrainSettings) -> tuple[TrainSettings, dict, DFlashDrafter]:
+    """The --init drafter, checked against the target as `doctor` checks a pair; the settings
+    take its architecture (layers, taps, block size, MLP width)."""
+    from engine.doctor import check_pair
+    from engine.drafter import load_drafter
+
+    report = check_pair(pair.target_path, s.init)
+    if not report.ok:
+        raise DFlashError(f"--init {s.init}: {report.problems[0]}")
+    folder = Path(report.facts["drafter"])
+    raw = json.loads((folder / "config.json").read_text())
+    drafter = load_drafter(folder, pair.head.dtype)
+    cfg = drafter.cfg
+    s = replace(s, layers=cfg.num_hidden_layers, block_size=cfg.block_size, taps=list(cfg.target_layer_ids),
+                intermediate_size=raw.get("intermediate_size"))
+    return s, raw, drafter
+
+
 class DrafterTrainer:
     def __init__(
         self,
@@ -105,6 +124,11 @@ class DrafterTrainer:
         eval_tokens: Optional[np.ndarray] = None,
     ):
         """`eval_tokens` (held-out text) replaces the default split of the last eval_fraction of `tokens`."""
+        if pair.drafter is not None:
+            raise DFlashError("train a drafter on a target loaded alone, not with another drafter.")
+        initial = None
+        if s.init:
+            s, initial_config, initial = _initial_drafter(pair, s)
         self.pair, self.out, self.s = pair, Path(out), s
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else self.out / CHECKPOINT_DIR
         need = s.seq_len + 1
@@ -117,16 +141,21 @@ class DrafterTrainer:
             raise DFlashError(f"--block-size {s.block_size} is outside 2..16.")
         if s.seq_len <= s.block_size or s.anchors < 1 or s.batch < 1 or s.steps < 1 or s.layers < 1:
             raise DFlashError("--seq-len must exceed --block-size, and --anchors, --batch, --steps, --layers must be >= 1.")
-        if pair.drafter is not None:
-            raise DFlashError("train a drafter on a target loaded alone, not with another drafter.")
         self.train_tokens = tokens[: len(tokens) - n_eval]
         self.eval_tokens = eval_tokens if eval_tokens is not None else tokens[len(tokens) - n_eval :]
         self.mask_id = find_mask_token(pair.tokenizer)
-        self.raw_config = drafter_config_for(pair, s, self.mask_id)
-        self.cfg: DrafterConfig = parse_drafter_config(self.raw_config, self.out / "config.json")
         mx.random.seed(s.seed)
-        self.drafter = DFlashDrafter(self.cfg)
+        if initial is not None:
+            if initial.cfg.mask_token_id != self.mask_id:
+                raise DFlashError(f"--init {s.init}: its mask token {initial.cfg.mask_token_id} is not the "
+                                  f"tokenizer's mask token {self.mask_id}.")
+            self.raw_config, self.drafter = initial_config, initial
+        else:
+            self.raw_config = drafter_config_for(pair, s, self.mask_id)
+            self.drafter = DFlashDrafter(parse_drafter_config(self.raw_config, self.out / "config.json"))
+        self.cfg: DrafterConfig = self.drafter.cfg
         self.drafter.set_dtype(pair.head.dtype)
+        self.drafter.train()
         self.taps = install_taps(pair.target, self.cfg.target_layer_ids)
         pair.target.freeze()
         L = s.block_size
@@ -250,7 +279,7 @@ class DrafterTrainer:
             return False
         state = json.loads((ckpt / "state.json").read_text())
         saved = state["settings"]
-        for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr"):
+        for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init"):
             if saved.get(key) != getattr(self.s, key):
                 raise DFlashError(
                     f"{ckpt / 'state.json'}: the checkpoint was made with {key}={saved.get(key)}, "

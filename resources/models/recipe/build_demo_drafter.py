@@ -1,10 +1,15 @@
 """Train the demo DFlash drafter for resources/models/demo-target with `engine.training`.
 
-The target first writes the training text itself: greedy continuations of prompts cut
+The target first writes the training text itself: greedy continuations of prompts taken
 from its corpus (the Python standard library, held-out modules excluded), cached in the
-run folder. Fixed seeds, checkpoints in runs/demo-drafter (resume with --resume). At the
-end it benchmarks AR vs DFlash on eval_prompts.jsonl (prompts not in the training text)
-and writes the figures into MODEL_CARD.md next to the weights.
+run folder. Two stages, fixed seeds, checkpoints in runs/demo-drafter (resume with --resume):
+
+1. from random weights, on continuations of random corpus windows;
+2. fine-tuned from stage 1 on those plus continuations of definition prompts (a `def` or
+   `class` line and up to three more), the shape of prompt the demo is used with.
+
+At the end it benchmarks AR vs DFlash on eval_prompts.jsonl (hand-written prompts, not in
+the training text) and writes the figures into MODEL_CARD.md next to the weights.
 
     OPENBLAS_NUM_THREADS=2 PYTHONPATH=. python resources/models/recipe/build_demo_drafter.py
 
@@ -16,15 +21,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine  # noqa: E402  (optimised BLAS before MLX)
+from code_prompts import definition_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from engine.session import load_pair  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
@@ -51,39 +62,52 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--distill-sequences", type=int, default=2400,
                     help="train on this many greedy continuations written by the target (0: the raw corpus)")
     ap.add_argument("--distill-new-tokens", type=int, default=224)
+    ap.add_argument("--definition-prompts", type=int, default=2400,
+                    help="stage 2: continuations of this many definition prompts (def/class lines)")
+    ap.add_argument("--finetune-steps", type=int, default=1800, help="stage 2 steps (0: stop after stage 1)")
+    ap.add_argument("--finetune-lr", type=float, default=1e-3)
+    ap.add_argument("--finetune-warmup", type=int, default=20)
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     return ap.parse_args()
 
 
 def bench(target: str, drafter: str, max_tokens: int, repeats: int) -> dict:
-    from engine.bench import load_prompts, run_bench
-    from engine.generate import GenerationSettings
-    from engine.prompts import encode_prompt
+    """The project's `bench` command in a fresh process with one BLAS thread (the decoding default;
+    training's two threads would slow AR decoding and flatter the ratio)."""
+    prompts = Path(__file__).resolve().parent / "eval_prompts.jsonl"
+    command = [sys.executable, "-m", "engine.cli", "bench", "--target", target, "--drafter", drafter,
+               "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--repeats", str(repeats),
+               "--block-size", "16", "--raw", "--json"]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
-    pair = load_pair(target, drafter)
-    texts = load_prompts(Path(__file__).resolve().parent / "eval_prompts.jsonl")
-    prompts = [(t, encode_prompt(pair.tokenizer, t, chat=False)) for t in texts]
-    return run_bench(pair, prompts, GenerationSettings(max_tokens=max_tokens, block_size=16), repeats)
 
-
-def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
-    """The target's greedy continuations of prompts cut from `tokens`, cached in the run folder."""
-    from engine.training.distill import cached_continuations
-
+def _progress(cache: Path):
     started = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
         rate = (time.perf_counter() - started) / done
         print(f"distill {cache.stem}: {done}/{total} sequences, ETA {(total - done) * rate / 60:.1f} min", flush=True)
 
-    return cached_continuations(pair, tokens, cache, sequences, args.distill_new_tokens, seed, progress)
+    return progress
 
 
-def blas_line() -> str:
-    from engine import blas
+def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
+    """The target's greedy continuations of prompts cut from `tokens`, cached in the run folder."""
+    from engine.training.distill import cached_continuations
 
-    return blas.status.split(" (")[0]
+    return cached_continuations(pair, tokens, cache, sequences, args.distill_new_tokens, seed, _progress(cache))
+
+
+def distilled_definitions(pair, texts: list[str], cache: Path, count: int, args, seed: int):
+    """The target's greedy continuations of `count` definition prompts from `texts`, cached."""
+    from engine.prompts import encode_prompt
+    from engine.training.distill import cached_prompt_continuations
+
+    prompts = [encode_prompt(pair.tokenizer, p, chat=False) for p in definition_prompts(texts, count, seed)]
+    return cached_prompt_continuations(pair, prompts, cache, args.distill_new_tokens, _progress(cache))
 
 
 def distill_line(args, tokens: int) -> str:
@@ -98,14 +122,30 @@ def distill_line(args, tokens: int) -> str:
             "  (cut at EOS). The held-out figures use 64 continuations of held-out prompts.")
 
 
-def model_card(args, trainer: DrafterTrainer, corpus_tokens: int, tokens: int, wall_s: float, result: dict) -> str:
-    cfg = trainer.raw_config
+def _final(trainer: DrafterTrainer) -> str:
+    last = trainer.history[-1] if trainer.history else {}
+    return (f"train loss {last.get('train_loss')}, held-out loss {last.get('eval_loss')}, "
+            f"teacher-forced tau estimate {last.get('tau_estimate')}")
+
+
+def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict) -> str:
+    first, tokens = stages[0][:2]
+    cfg = stages[-1][0].raw_config
     rows = "\n".join(
         f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | "
         f"{r['speedup']:.2f}x | {r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |"
         for r in result["per_prompt"]
     )
-    last = trainer.history[-1] if trainer.history else {}
+    stage2 = ""
+    if len(stages) > 1:
+        second, mixed, definitions = stages[1]
+        stage2 = f"""
+- Stage 2 (fine-tune from stage 1): the stage 1 text plus the target's continuations of
+  {args.definition_prompts} definition prompts ({definitions:,} tokens; a `def` or `class` line of the corpus
+  and up to three more lines, dedented, as in `code_prompts.py`), {mixed:,} tokens in all;
+  {args.finetune_steps} steps, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
+  Held-out figures use 64 continuations of definition prompts from the held-out modules.
+  Final: {_final(second)}."""
     return f"""# {Path(args.out).name}
 
 A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground`'s own trainer
@@ -113,20 +153,20 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 - Corpus: Python {python_version()} standard library (same files as the target), held out:
   {", ".join(HELD_OUT)}; {corpus_tokens:,} tokens.
-- Training text: {distill_line(args, tokens)}
 - Drafter: {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
-- Training: {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
-  sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed};
-  wall time {wall_s / 60:.1f} min on a 2-core Linux CPU.
-- Final: train loss {last.get('train_loss')}, held-out loss {last.get('eval_loss')},
-  teacher-forced tau estimate {last.get('tau_estimate')}.
+- Stage 1 (from random weights): {distill_line(args, tokens)}
+  {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
+  sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
+  Final: {_final(first)}.{stage2}
+- Training: about 2.2 s/step on a 2-core Linux CPU with OPENBLAS_NUM_THREADS=2 and nothing
+  else running.
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, same process)
 
 Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU
-(BLAS: {blas_line()}).
+(BLAS: {result['blas'].split(' (')[0]}).
 
 | prompt | AR tok/s | DFlash tok/s | speedup | tau | draft ms | verify ms |
 | --- | ---: | ---: | ---: | ---: | ---: | ---: |
@@ -137,9 +177,28 @@ Greedy outputs identical to AR on every prompt: {result['identical']}.
 """
 
 
+def train_stage(name: str, pair, tokens, held_tokens, out: Path, settings: TrainSettings, checkpoint: Path,
+                resume: bool) -> DrafterTrainer:
+    """Train (or resume) one stage to its end."""
+    trainer = DrafterTrainer(pair, tokens, out, settings, checkpoint_dir=checkpoint, eval_tokens=held_tokens)
+    if resume and trainer.resume():
+        print(f"{name}: resumed at step {trainer.step}", flush=True)
+    print(f"{name}: {len(tokens):,} tokens; taps {trainer.cfg.target_layer_ids}; mask {trainer.mask_id}", flush=True)
+    started, first_step = time.perf_counter(), trainer.step
+
+    def on_step(step: int, loss: float) -> None:
+        if step % 10 == 0:
+            rate = (time.perf_counter() - started) / max(step - first_step, 1)
+            print(f"{name}: step {step}/{settings.steps} loss {loss:.3f} {rate:.2f} s/step "
+                  f"ETA {(settings.steps - step) * rate / 60:.1f} min", flush=True)
+
+    trainer.run(checkpoint_every=50, on_step=on_step, on_eval=lambda r: print(json.dumps(r), flush=True))
+    return trainer
+
+
 def main() -> int:
     args = parse_args()
-    settings = TrainSettings(
+    stage1 = TrainSettings(
         layers=args.layers, block_size=args.block_size, taps=[int(x) for x in args.taps.split(",")],
         steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
         warmup=args.warmup, seed=args.seed, eval_every=args.eval_every, eval_fraction=0.0,
@@ -154,24 +213,26 @@ def main() -> int:
     if args.distill_sequences:
         tokens = distilled(pair, tokens, run_dir / "distill_train.npy", args.distill_sequences, args, seed=args.seed)
         held_tokens = distilled(pair, held_tokens, run_dir / "distill_heldout.npy", 64, args, seed=args.seed + 1)
-    trainer = DrafterTrainer(pair, tokens, out, settings, checkpoint_dir=run_dir / "checkpoint", eval_tokens=held_tokens)
-    if args.resume and trainer.resume():
-        print(f"resumed at step {trainer.step}", flush=True)
-    print(f"{len(tokens):,} tokens; taps {trainer.cfg.target_layer_ids}; mask {trainer.mask_id}", flush=True)
-    started = time.perf_counter()
-
-    def on_step(step: int, loss: float) -> None:
-        if step % 10 == 0:
-            rate = (time.perf_counter() - started) / max(step - first_step, 1)
-            print(f"step {step}/{args.steps} loss {loss:.3f} {rate:.2f} s/step "
-                  f"ETA {(args.steps - step) * rate / 60:.1f} min", flush=True)
-
-    first_step = trainer.step
-    trainer.run(checkpoint_every=50, on_step=on_step, on_eval=lambda r: print(json.dumps(r), flush=True))
-    wall = time.perf_counter() - started
+    finetune = args.finetune_steps > 0
+    stage1_out = run_dir / "stage1" if finetune else out
+    trainer = train_stage("stage 1", pair, tokens, held_tokens, stage1_out, stage1, run_dir / "checkpoint",
+                                args.resume)
+    stages = [(trainer, len(tokens))]
+    if finetune:
+        definitions = distilled_definitions(pair, [t for _, t in train], run_dir / "distill_code_train.npy",
+                                            args.definition_prompts, args, seed=args.seed)
+        held_definitions = distilled_definitions(pair, [t for _, t in held], run_dir / "distill_code_heldout.npy",
+                                                 64, args, seed=args.seed + 1)
+        mixed = np.concatenate([tokens, definitions])
+        stage2 = replace(stage1, steps=args.finetune_steps, lr=args.finetune_lr, warmup=args.finetune_warmup,
+                         init=str(stage1_out))
+        pair = load_pair(args.target, None)  # a fresh target: stage 1 installed its taps on the old one
+        trainer = train_stage("stage 2", pair, mixed, held_definitions, out, stage2,
+                                     run_dir / "finetune_checkpoint", args.resume)
+        stages.append((trainer, len(mixed), len(definitions)))
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats)
     (out / "bench.json").write_text(json.dumps(result, indent=2))
-    (out / "MODEL_CARD.md").write_text(model_card(args, trainer, corpus_tokens, len(tokens), wall, result))
+    (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result))
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 
