@@ -53,10 +53,23 @@ def _mean(values: list[float]) -> Optional[float]:
     return round(statistics.fmean(values), 4) if values else None
 
 
+def _acceptance_by_position(drafting: list[RoundEvent]) -> list[float]:
+    """Per block position k = 1..: the share of rounds that drafted position k and had it accepted."""
+    width = max((len(r.drafted) for r in drafting), default=0)
+    shares = []
+    for k in range(width):
+        offered = [r for r in drafting if len(r.drafted) > k]
+        shares.append(round(sum(r.accepted > k for r in offered) / len(offered), 4))
+    return shares
+
+
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
     df_tok_s = sum(s.num_generated for s in df) / max(sum(s.decode_s for s in df), 1e-9)
     drafting = [r for r in rounds if r.drafted]
+    # A round's whole cost (draft, verify, rollback, bookkeeping) in AR steps: DFlash breaks even
+    # at that mean acceptance length and reaches 2x at twice it.
+    round_ms = 1000 * sum(s.decode_s for s in df) / len(rounds) if rounds else None
     return {
         "ar_tok_s": round(ar_tok_s, 3),
         "dflash_tok_s": round(df_tok_s, 3),
@@ -65,6 +78,9 @@ def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundE
         "draft_ms": _mean([r.draft_ms for r in rounds]),
         "verify_ms": _mean([r.verify_ms for r in rounds]),
         "rollback_ms": _mean([r.rollback_ms for r in rounds]),
+        "round_ms": round(round_ms, 4) if round_ms is not None else None,
+        "round_in_ar_steps": round(round_ms * ar_tok_s / 1000, 3) if round_ms is not None else None,
+        "acceptance_by_position": _acceptance_by_position(drafting),
         "identical": all(a.token_ids == d.token_ids for a, d in zip(ar, df)),
         "ar_tokens": sum(s.num_generated for s in ar),
         "dflash_tokens": sum(s.num_generated for s in df),

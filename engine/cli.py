@@ -233,6 +233,11 @@ def cmd_bench(args) -> int:
     for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
+    if result["round_in_ar_steps"]:
+        steps = result["round_in_ar_steps"]
+        print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
+        shares = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"])
+        print(f"accepted by block position (1..): {shares}")
     if args.with_mlx_lm:
         print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
     if not result["identical"] and args.temperature == 0:

@@ -71,6 +71,13 @@ def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
             assert row[key] is not None and row[key] >= 0, key
         assert row["speedup"] == pytest.approx(row["dflash_tok_s"] / row["ar_tok_s"], rel=1e-2)
     assert out["per_prompt"][0]["ar_tokens"] == 2 * 16 and out["identical"] is True
+    shares = out["acceptance_by_position"]
+    assert 0 < len(shares) <= out["block_size"] - 1 and all(0 <= a <= 1 for a in shares)
+    assert shares == sorted(shares, reverse=True)  # a draft is accepted only after all before it
+    # DFlash tokens = the prefill's first token + tau per round, so speedup ~ tau / (round cost in AR steps)
+    rounds = (out["dflash_tokens"] - 2 * 2) / out["mean_acceptance_length"]
+    assert out["round_in_ar_steps"] == pytest.approx(
+        1000 * (out["dflash_tokens"] / out["dflash_tok_s"]) / rounds / (1000 / out["ar_tok_s"]), rel=0.05)
 
 
 def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):
@@ -78,7 +85,7 @@ def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):
     prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
     assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--max-tokens", "8"]) == 0
     out = capsys.readouterr().out
-    assert "OVERALL" in out and "speedup" in out
+    assert "OVERALL" in out and "speedup" in out and "break-even at tau" in out
 
 
 def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
