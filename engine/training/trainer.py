@@ -95,7 +95,7 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
     }
 
 
-def _initial_drafter(pair: LoadedPair, s: TrainSettings) -> tuple[TrainSettings, dict, DFlashDrafter]:
+def _initial_drafter(pair: LoadedPair, s: TrainSettings, mask_id: int) -> tuple[TrainSettings, dict, DFlashDrafter]:
     """The --init drafter, checked against the target as `doctor` checks a pair; the settings
     take its architecture (layers, taps, block size, MLP width)."""
     from engine.doctor import check_pair
@@ -108,6 +108,8 @@ def _initial_drafter(pair: LoadedPair, s: TrainSettings) -> tuple[TrainSettings,
     raw = json.loads((folder / "config.json").read_text())
     drafter = load_drafter(folder, pair.head.dtype)
     cfg = drafter.cfg
+    if cfg.mask_token_id != mask_id:
+        raise DFlashError(f"--init {s.init}: its mask token {cfg.mask_token_id} is not the tokenizer's {mask_id}.")
     s = replace(s, layers=cfg.num_hidden_layers, block_size=cfg.block_size, taps=list(cfg.target_layer_ids),
                 intermediate_size=raw.get("intermediate_size"))
     return s, raw, drafter
@@ -126,9 +128,10 @@ class DrafterTrainer:
         """`eval_tokens` (held-out text) replaces the default split of the last eval_fraction of `tokens`."""
         if pair.drafter is not None:
             raise DFlashError("train a drafter on a target loaded alone, not with another drafter.")
+        self.mask_id = find_mask_token(pair.tokenizer)
         initial = None
         if s.init:
-            s, initial_config, initial = _initial_drafter(pair, s)
+            s, initial_config, initial = _initial_drafter(pair, s, self.mask_id)
         self.pair, self.out, self.s = pair, Path(out), s
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else self.out / CHECKPOINT_DIR
         need = s.seq_len + 1
@@ -143,12 +146,8 @@ class DrafterTrainer:
             raise DFlashError("--seq-len must exceed --block-size, and --anchors, --batch, --steps, --layers must be >= 1.")
         self.train_tokens = tokens[: len(tokens) - n_eval]
         self.eval_tokens = eval_tokens if eval_tokens is not None else tokens[len(tokens) - n_eval :]
-        self.mask_id = find_mask_token(pair.tokenizer)
         mx.random.seed(s.seed)
         if initial is not None:
-            if initial.cfg.mask_token_id != self.mask_id:
-                raise DFlashError(f"--init {s.init}: its mask token {initial.cfg.mask_token_id} is not the "
-                                  f"tokenizer's mask token {self.mask_id}.")
             self.raw_config, self.drafter = initial_config, initial
         else:
             self.raw_config = drafter_config_for(pair, s, self.mask_id)
