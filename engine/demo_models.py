@@ -11,7 +11,9 @@ DEMO_TARGET = "demo-target"
 DEMO_DRAFTER = "demo-drafter"
 # Every bundled pair, the default first; the hybrid pair shows tape replay (GatedDeltaNet target).
 DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), ("demo-hybrid-target", "demo-hybrid-drafter")]
-SAMPLE_PROMPT = "def fibonacci(n):\n"
+# No trailing newline: the demo tokenizer merges a newline with the indentation after it
+# ("\n   "), so a prompt ending in a bare "\n" tells the target the next line starts at column 0.
+SAMPLE_PROMPT = "def fibonacci(n):"
 
 
 def models_dir() -> Path:
