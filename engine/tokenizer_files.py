@@ -23,18 +23,37 @@ CHAT_TEMPLATE = (
 )
 
 
+# Qwen2/Qwen3's pre-tokenizer split. Unlike GPT-2's, it never joins a newline to the indentation
+# after it, so a prompt that ends in a newline ends in a token the model saw before indented lines.
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
+
+
 def train_bpe_tokenizer(
     texts: Iterable[str],
     out_dir: str | Path,
     vocab_size: int,
     chat_template: bool = True,
+    split: str = "gpt2",
 ) -> dict[str, int]:
-    """Train a byte-level BPE on `texts`, save it to `out_dir`; return the special ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """Train a byte-level BPE on `texts`, save it to `out_dir`; return the special ids.
+
+    split: "gpt2" (ByteLevel's own regex) or "qwen2" (QWEN2_SPLIT, as Qwen's tokenizers)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     specials = [EOS_TOKEN, MASK_TOKEN] + CHAT_TOKENS
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split == "qwen2":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    elif split == "gpt2":
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        raise ValueError(f"split '{split}' is not one of: gpt2, qwen2")
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

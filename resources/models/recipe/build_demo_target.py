@@ -74,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-compile", action="store_true")
     # model
     ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--split", choices=("gpt2", "qwen2"), default="gpt2",
+                    help="tokenizer pre-split: gpt2 joins a newline to the indentation after it; qwen2 "
+                         "(as Qwen3's own tokenizer) keeps them apart, so prompts may end in a newline")
     ap.add_argument("--hidden-size", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--heads", type=int, default=4)
@@ -103,7 +106,7 @@ def prepare_data(args, run_dir: Path) -> dict:
     train, held = corpus.load_corpus()
     texts = [t for _, t in train]
     t0 = time.time()
-    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size)
+    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size, split=args.split)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
@@ -129,6 +132,7 @@ def prepare_data(args, run_dir: Path) -> dict:
         "heldout_files": [r for r, _ in held],
         "heldout_tokens": int(len(held_ids)),
         "vocab_size": tok.get_vocab_size(),
+        "split": args.split,
         "special_ids": specials,
     }
     np.save(run_dir / "train_tokens.npy", train_ids)
@@ -301,7 +305,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "",
         "## Tokenizer",
         "",
-        f"- Byte-level BPE, vocab {data['vocab_size']}; specials: "
+        f"- Byte-level BPE, vocab {data['vocab_size']}, {data.get('split', 'gpt2')} pre-split; specials: "
         + ", ".join(f"`{k}`={v}" for k, v in data["special_ids"].items())
         + ". `<|mask|>` is never seen in training; it is for the DFlash drafter.",
         "",
