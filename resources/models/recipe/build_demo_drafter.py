@@ -160,10 +160,10 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
   {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
   sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
   Final: {_final(first)}.{stage2}
-- Training: about 2.2 s/step on a 2-core Linux CPU with OPENBLAS_NUM_THREADS=2 and nothing
+- Training: 1.8-2.2 s/step on a 2-core Linux CPU with OPENBLAS_NUM_THREADS=2 and nothing
   else running.
 
-## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, same process)
+## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
 Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU
 (BLAS: {result['blas'].split(' (')[0]}).
@@ -174,6 +174,14 @@ Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machin
 | **overall** | {result['ar_tok_s']:.1f} | {result['dflash_tok_s']:.1f} | {result['speedup']:.2f}x | {result['mean_acceptance_length']:.2f} | {result['draft_ms']:.2f} | {result['verify_ms']:.2f} |
 
 Greedy outputs identical to AR on every prompt: {result['identical']}.
+
+A DFlash round (draft, verify, rollback, bookkeeping) costs {result['round_ms']:.2f} ms, the time of
+{result['round_in_ar_steps']:.2f} AR steps: DFlash breaks even at tau {result['round_in_ar_steps']:.2f} and reaches 2x
+at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at block position k was accepted:
+
+| k | {" | ".join(str(k) for k in range(1, len(result['acceptance_by_position']) + 1))} |
+| --- | {" | ".join("---:" for _ in result['acceptance_by_position'])} |
+| accepted | {" | ".join(f"{a:.2f}" for a in result['acceptance_by_position'])} |
 """
 
 
