@@ -40,8 +40,8 @@ def add_parser(sub) -> None:
                         "(contexts like those it meets at inference); saved in OUT/distill.npy for --resume")
     t.add_argument("--distill-prompts", metavar="JSONL",
                    help="also train on the target's continuation of every prompt in this file (one "
-                        "{\"prompt\": ...} per line, as for bench): prompts shaped like your own use; "
-                        "saved in OUT/distill_prompts.npy")
+                        "{\"prompt\": ...} per line, as for bench, encoded as generate encodes them): prompts "
+                        "shaped like your own use; saved in OUT/distill_prompts.npy")
     t.add_argument("--distill-new-tokens", type=int, default=224, help="tokens per continuation")
 
 
