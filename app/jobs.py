@@ -90,6 +90,8 @@ class ParityDone:
     ar_tok_s: float
     dflash_tok_s: float
     cancelled: bool
+    mean_acceptance_length: Optional[float] = None
+    round_in_ar_steps: Optional[float] = None  # the tau at which DFlash breaks even
 
 
 @dataclass

@@ -23,6 +23,9 @@ def differing_tokens(a: list[int], b: list[int]) -> list[int]:
 def headline(result: ParityDone) -> str:
     speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} tok/s, "
              f"DFlash {result.dflash_tok_s:.1f} tok/s)")
+    if result.round_in_ar_steps and result.mean_acceptance_length:
+        speed += (f". A round cost {result.round_in_ar_steps:.2f} AR steps, so DFlash breaks even at "
+                  f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")
     if result.cancelled:
         return f"Stopped before the end; outputs compared so far. {speed}"
     if result.identical:

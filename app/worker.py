@@ -167,6 +167,8 @@ class Worker(QObject):
                 ar_tok_s=result.ar.tok_per_s,
                 dflash_tok_s=result.dflash.tok_per_s,
                 cancelled=job.cancel.cancelled,
+                mean_acceptance_length=result.dflash.mean_acceptance_length,
+                round_in_ar_steps=result.round_in_ar_steps,
             ))
         else:
             settings = replace(job.settings, mode=job.mode)

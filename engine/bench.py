@@ -11,6 +11,7 @@ from engine import blas
 from engine.errors import DFlashError
 from engine.events import RoundEvent, SummaryEvent
 from engine.generate import CancelToken, GenerationSettings, generate
+from engine.parity import round_in_ar_steps
 from engine.session import LoadedPair
 from engine.textfiles import jsonl_strings
 
@@ -67,9 +68,7 @@ def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundE
     ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
     df_tok_s = sum(s.num_generated for s in df) / max(sum(s.decode_s for s in df), 1e-9)
     drafting = [r for r in rounds if r.drafted]
-    # A round's whole cost (draft, verify, rollback, bookkeeping) in AR steps: DFlash breaks even
-    # at that mean acceptance length and reaches 2x at twice it.
-    round_ms = 1000 * sum(s.decode_s for s in df) / len(rounds) if rounds else None
+    df_decode_s = sum(s.decode_s for s in df)
     return {
         "ar_tok_s": round(ar_tok_s, 3),
         "dflash_tok_s": round(df_tok_s, 3),
@@ -78,8 +77,8 @@ def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundE
         "draft_ms": _mean([r.draft_ms for r in rounds]),
         "verify_ms": _mean([r.verify_ms for r in rounds]),
         "rollback_ms": _mean([r.rollback_ms for r in rounds]),
-        "round_ms": round(round_ms, 4) if round_ms is not None else None,
-        "round_in_ar_steps": round(round_ms * ar_tok_s / 1000, 3) if round_ms is not None else None,
+        "round_ms": round(1000 * df_decode_s / len(rounds), 4) if rounds else None,
+        "round_in_ar_steps": round_in_ar_steps(df_decode_s, len(rounds), ar_tok_s),
         "acceptance_by_position": _acceptance_by_position(drafting),
         "identical": all(a.token_ids == d.token_ids for a, d in zip(ar, df)),
         "ar_tokens": sum(s.num_generated for s in ar),

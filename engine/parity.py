@@ -14,6 +14,14 @@ from engine.target import make_target_cache
 from engine.streams import STREAM
 
 
+def round_in_ar_steps(dflash_decode_s: float, rounds: int, ar_tok_s: float) -> Optional[float]:
+    """A DFlash round's whole cost (draft, verify, rollback, bookkeeping) in AR steps: the mean
+    acceptance length at which DFlash breaks even with AR (2x needs twice it)."""
+    if not rounds or not ar_tok_s:
+        return None
+    return round(dflash_decode_s / rounds * ar_tok_s, 3)
+
+
 @dataclass
 class ParityResult:
     identical: bool
@@ -26,6 +34,10 @@ class ParityResult:
     def speedup(self) -> float:
         return self.dflash.tok_per_s / self.ar.tok_per_s if self.ar.tok_per_s else 0.0
 
+    @property
+    def round_in_ar_steps(self) -> Optional[float]:
+        return round_in_ar_steps(self.dflash.decode_s, self.dflash.num_rounds, self.ar.tok_per_s)
+
     def to_dict(self) -> dict:
         return {
             "identical": self.identical,
@@ -35,6 +47,7 @@ class ParityResult:
             "dflash_tok_s": self.dflash.tok_per_s,
             "speedup": round(self.speedup, 4),
             "mean_acceptance_length": self.dflash.mean_acceptance_length,
+            "round_in_ar_steps": self.round_in_ar_steps,
             "ar_tokens": self.ar.num_generated,
             "dflash_tokens": self.dflash.num_generated,
         }

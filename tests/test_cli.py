@@ -57,6 +57,11 @@ def test_parity_command(qwen3_tied_dirs, capsys):
                             "--max-tokens", "32", "--json"])
     assert out["identical"] is True and out["first_divergence"] is None and out["margin_at_divergence"] is None
     assert out["speedup"] == pytest.approx(out["dflash_tok_s"] / out["ar_tok_s"], rel=1e-3)
+    # Tokens = the prefill's first + tau per round, so speedup ~ tau / (a round's cost in AR steps).
+    assert out["round_in_ar_steps"] > 0
+    rounds = (out["dflash_tokens"] - 1) / out["mean_acceptance_length"]
+    assert out["round_in_ar_steps"] == pytest.approx(
+        out["dflash_tokens"] / out["dflash_tok_s"] / rounds * out["ar_tok_s"], rel=0.05)
 
 
 def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
