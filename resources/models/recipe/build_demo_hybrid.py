@@ -73,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     # model (qwen3_5)
     ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--split", choices=("gpt2", "qwen2"), default="gpt2",
+                    help="tokenizer pre-split (see build_demo_target.py); the shipped pair uses gpt2")
     ap.add_argument("--hidden-size", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--full-attention-interval", type=int, default=4)

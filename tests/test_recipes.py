@@ -1,0 +1,52 @@
+"""The demo-model recipes rebuild from their own defaults.
+
+Each recipe is a script with its own argument parser but shares the data step
+(corpus, tokenizer, token streams) with the dense target recipe. A setting the
+shared step reads and a recipe's parser lacks only shows up hours into a
+rebuild, so this runs that step for every recipe on a tiny corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+RECIPE_DIR = Path(__file__).resolve().parents[1] / "resources" / "models" / "recipe"
+sys.path.insert(0, str(RECIPE_DIR))
+
+import build_demo_hybrid  # noqa: E402
+import build_demo_target  # noqa: E402
+
+TRAIN = [(f"pkg/mod{i}.py", f"def f{i}(x):\n    return x + {i}\n\n\nclass C{i}:\n    pass\n") for i in range(40)]
+HELD = [("pkg/held.py", "def held(y):\n    return y * 2\n")]
+
+
+@pytest.mark.parametrize("recipe", [build_demo_target, build_demo_hybrid], ids=["dense", "hybrid"])
+def test_recipe_prepares_its_data_from_its_own_defaults(recipe, tmp_path, monkeypatch):
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
+    args = recipe.parse_args(["--vocab-size", "320", "--run-dir", str(tmp_path)])
+
+    data = build_demo_target.prepare_data(args, tmp_path)
+
+    meta = json.loads((tmp_path / "data.json").read_text())
+    assert meta["split"] == args.split
+    assert meta["train_files"] == len(TRAIN)
+    assert data["train_ids"].size == meta["train_tokens"] > 0
+    assert (tmp_path / "tokenizer" / "tokenizer.json").exists()
+
+
+def test_resume_reuses_the_cached_token_streams(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
+    args = build_demo_target.parse_args(["--vocab-size", "320"])
+    first = build_demo_target.prepare_data(args, tmp_path)
+
+    def no_corpus():
+        raise AssertionError("a resumed run must not re-read the corpus")
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", no_corpus)
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--resume"])
+    again = build_demo_target.prepare_data(args, tmp_path)
+    assert (again["train_ids"] == first["train_ids"]).all()
