@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -128,7 +129,8 @@ def _final(trainer: DrafterTrainer) -> str:
             f"teacher-forced tau estimate {last.get('tau_estimate')}")
 
 
-def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict) -> str:
+def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
+               seconds_per_step: list[Optional[float]]) -> str:
     first, tokens = stages[0][:2]
     cfg = stages[-1][0].raw_config
     rows = "\n".join(
@@ -160,8 +162,8 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
   {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
   sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
   Final: {_final(first)}.{stage2}
-- Training: 1.8-2.2 s/step on a 2-core Linux CPU with OPENBLAS_NUM_THREADS=2 and nothing
-  else running.
+- Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on a 2-core
+  Linux CPU with OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")} and nothing else running.
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
@@ -186,8 +188,9 @@ at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at blo
 
 
 def train_stage(name: str, pair, tokens, held_tokens, out: Path, settings: TrainSettings, checkpoint: Path,
-                resume: bool) -> DrafterTrainer:
-    """Train (or resume) one stage to its end."""
+                resume: bool) -> tuple[DrafterTrainer, Optional[float]]:
+    """Train (or resume) one stage to its end; also return its mean seconds per step (None when a
+    resumed stage had no steps left)."""
     trainer = DrafterTrainer(pair, tokens, out, settings, checkpoint_dir=checkpoint, eval_tokens=held_tokens)
     if resume and trainer.resume():
         print(f"{name}: resumed at step {trainer.step}", flush=True)
@@ -201,7 +204,8 @@ def train_stage(name: str, pair, tokens, held_tokens, out: Path, settings: Train
                   f"ETA {(settings.steps - step) * rate / 60:.1f} min", flush=True)
 
     trainer.run(checkpoint_every=50, on_step=on_step, on_eval=lambda r: print(json.dumps(r), flush=True))
-    return trainer
+    steps_run = trainer.step - first_step
+    return trainer, (time.perf_counter() - started) / steps_run if steps_run else None
 
 
 def main() -> int:
@@ -223,9 +227,9 @@ def main() -> int:
         held_tokens = distilled(pair, held_tokens, run_dir / "distill_heldout.npy", 64, args, seed=args.seed + 1)
     finetune = args.finetune_steps > 0
     stage1_out = run_dir / "stage1" if finetune else out
-    trainer = train_stage("stage 1", pair, tokens, held_tokens, stage1_out, stage1, run_dir / "checkpoint",
+    trainer, rate = train_stage("stage 1", pair, tokens, held_tokens, stage1_out, stage1, run_dir / "checkpoint",
                                 args.resume)
-    stages = [(trainer, len(tokens))]
+    stages, rates = [(trainer, len(tokens))], [rate]
     if finetune:
         definitions = distilled_definitions(pair, [t for _, t in train], run_dir / "distill_code_train.npy",
                                             args.definition_prompts, args, seed=args.seed)
@@ -235,12 +239,13 @@ def main() -> int:
         stage2 = replace(stage1, steps=args.finetune_steps, lr=args.finetune_lr, warmup=args.finetune_warmup,
                          init=str(stage1_out))
         pair = load_pair(args.target, None)  # a fresh target: stage 1 installed its taps on the old one
-        trainer = train_stage("stage 2", pair, mixed, held_definitions, out, stage2,
-                                     run_dir / "finetune_checkpoint", args.resume)
+        trainer, rate = train_stage("stage 2", pair, mixed, held_definitions, out, stage2,
+                                    run_dir / "finetune_checkpoint", args.resume)
         stages.append((trainer, len(mixed), len(definitions)))
+        rates.append(rate)
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats)
     (out / "bench.json").write_text(json.dumps(result, indent=2))
-    (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result))
+    (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result, rates))
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 
