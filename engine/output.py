@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from mlx_lm.tokenizer_utils import NaiveStreamingDetokenizer
+
 
 class OutputTracker:
-    """Appends tokens, streams text, and stops at EOS, max tokens or a stop string."""
+    """Appends tokens, streams text, and stops at EOS, max tokens or a stop string.
+
+    The text is the tokenizer's own decode of the tokens. mlx-lm's faster BPE and SentencePiece
+    streaming detokenizers drop a space at the very start of the output, which suits a chat reply
+    but not a continuation: `def f():\n` + `"   "` + `' return'` would show three spaces of indent.
+    """
 
     def __init__(self, tokenizer, max_tokens: int, stop_strings: Iterable[str] = ()):
-        self.detok = tokenizer.detokenizer
+        self.detok = NaiveStreamingDetokenizer(tokenizer)
         self.eos_ids = set(tokenizer.eos_token_ids)
         self.max_tokens = max_tokens
         self.stop_strings = [s for s in stop_strings if s]

@@ -140,3 +140,21 @@ def test_loading_from_a_worker_thread(qwen3_tied_dirs):
     """The app loads models on its worker thread; that needs the engine's thread-local stream."""
     summary, _ = in_thread(lambda: run(load_pair(*qwen3_tied_dirs), PROMPTS[2], max_tokens=8))
     assert summary.num_generated == 8
+
+
+def test_output_that_starts_with_a_space_keeps_it(models_root, tokenizer_dir):
+    """The text shown is the tokenizer's decode of the tokens, even where it begins with a space
+    (an indented line after a prompt that ends in a newline)."""
+    from tokenizers import Tokenizer
+
+    from engine import tiny_models as tm
+
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    spaced = [i for i in tok.encode("x = 1 return value").ids if tok.decode([i]).startswith(" ")]
+    first, second = spaced[0], spaced[-1]
+    pair = load_pair(*tm.write_oracle_pair(models_root / "spaced", tokenizer_dir, first, second, name="spaced"))
+    for mode in ("ar", "dflash"):
+        summary, _ = run(pair, "hello world", mode=mode, max_tokens=5)
+        assert summary.token_ids == [first] + [second] * 4
+        assert summary.text == pair.tokenizer.decode(summary.token_ids)
+        assert summary.text.startswith(" ")
