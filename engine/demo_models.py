@@ -11,9 +11,9 @@ DEMO_TARGET = "demo-target"
 DEMO_DRAFTER = "demo-drafter"
 # Every bundled pair, the default first; the hybrid pair shows tape replay (GatedDeltaNet target).
 DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), ("demo-hybrid-target", "demo-hybrid-drafter")]
-# No trailing newline: the demo tokenizer merges a newline with the indentation after it
-# ("\n   "), so a prompt ending in a bare "\n" tells the target the next line starts at column 0.
-SAMPLE_PROMPT = "def fibonacci(n):"
+# Ends in a newline, as the bench prompts do: the demo tokenizer splits as Qwen's does, keeping a
+# newline apart from the indentation after it, so the target goes on with an indented body.
+SAMPLE_PROMPT = "def fibonacci(n):\n"
 
 
 def models_dir() -> Path:

@@ -174,11 +174,21 @@ def write_drafter(out: Path, target_dir: Path, seed: int = 1, dtype: Any = mx.bf
     out.mkdir(parents=True, exist_ok=True)
     tcfg = json.loads((target_dir / "config.json").read_text())
     _, _, mask_id = _vocab_and_eos(target_dir)
-    raw = drafter_config_dict(tcfg, mask_id, **kwargs)
+    return _write_random_drafter(out, drafter_config_dict(tcfg, mask_id, **kwargs), seed, dtype)
+
+
+def write_untrained_copy(out: Path, drafter_dir: Path, seed: int = 0) -> Path:
+    """A drafter with the config of the one in `drafter_dir` and random weights: what a trained
+    drafter's acceptance is measured against."""
+    out.mkdir(parents=True, exist_ok=True)
+    raw = json.loads((drafter_dir / "config.json").read_text())
+    return _write_random_drafter(out, raw, seed, mx.float32)
+
+
+def _write_random_drafter(out: Path, raw: dict, seed: int, dtype: Any) -> Path:
     cfg = parse_drafter_config(raw, out / "config.json")
     mx.random.seed(seed)
-    model = DFlashDrafter(cfg)
-    _save(model, out, dtype)
+    _save(DFlashDrafter(cfg), out, dtype)
     (out / "config.json").write_text(json.dumps(raw, indent=2))
     return out
 

@@ -10,7 +10,7 @@ Checkpoints (weights + optimizer state + step + RNG state) go to --run-dir every
 --ckpt-every steps; `--resume` continues a killed run without losing anything.
 
     python resources/models/recipe/build_demo_target.py \
-        --out resources/models/demo-target --run-dir runs/demo-target --steps 800
+        --out resources/models/demo-target --run-dir runs/demo-target
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(REPO / "resources/models/demo-target"))
     ap.add_argument("--run-dir", default=str(REPO / "runs/demo-target"), help="checkpoints, token cache")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
-    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -74,15 +74,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-compile", action="store_true")
     # model
     ap.add_argument("--vocab-size", type=int, default=4096)
-    ap.add_argument("--split", choices=("gpt2", "qwen2"), default="gpt2",
+    ap.add_argument("--split", choices=("gpt2", "qwen2"), default="qwen2",
                     help="tokenizer pre-split: gpt2 joins a newline to the indentation after it; qwen2 "
                          "(as Qwen3's own tokenizer) keeps them apart, so prompts may end in a newline")
-    ap.add_argument("--hidden-size", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden-size", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--intermediate-size", type=int, default=768)
+    ap.add_argument("--head-dim", type=int, default=32)
+    ap.add_argument("--intermediate-size", type=int, default=384)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     ap.add_argument("--sample-tokens", type=int, default=120)

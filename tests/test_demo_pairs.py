@@ -1,0 +1,49 @@
+"""The bundled demo pairs, loaded as a user's first run loads them.
+
+Every pair must pass `doctor`, decode the sample prompt losslessly, and have a
+drafter trained for its target: one retrained without the other accepts no
+more than an untrained drafter does. The default target must go on from the sample prompt with an
+indented body, which is what its tokenizer was changed for.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.demo_models import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs
+from engine.doctor import check_pair
+from engine.generate import GenerationSettings
+from engine.parity import run_parity
+from engine.prompts import encode_prompt
+from engine.session import load_pair
+from engine.tiny_models import write_untrained_copy
+
+PAIRS = demo_pairs()
+
+
+def test_every_bundled_pair_is_installed_in_the_source_tree():
+    assert [(t.name, d.name) for t, d in PAIRS] == DEMO_PAIRS
+    assert demo_pair() == PAIRS[0]
+
+
+def _parity(target, drafter, max_tokens=48):
+    pair = load_pair(target, drafter)
+    ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
+    return run_parity(pair, ids, GenerationSettings(max_tokens=max_tokens))
+
+
+@pytest.mark.parametrize("target,drafter", PAIRS, ids=[t.name for t, _ in PAIRS])
+def test_bundled_pair_is_lossless_and_its_drafter_fits_its_target(target, drafter, tmp_path):
+    assert check_pair(target, drafter).ok
+    result = _parity(target, drafter)
+    assert result.identical, (result.first_divergence, result.margin_at_divergence)
+
+    untrained = _parity(target, write_untrained_copy(tmp_path / "untrained", drafter))
+    assert untrained.identical
+    assert result.dflash.mean_acceptance_length > untrained.dflash.mean_acceptance_length + 0.1
+
+
+def test_default_target_continues_the_sample_prompt_with_an_indented_body():
+    result = _parity(*PAIRS[0], max_tokens=16)
+    first_line = result.ar.text.split("\n")[0]
+    assert first_line.startswith("    ") and first_line.strip(), repr(result.ar.text)
