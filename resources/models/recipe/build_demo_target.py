@@ -277,8 +277,9 @@ def verify_and_sample(out: Path, prompts: list[str], max_tokens: int) -> list[tu
     model, tokenizer = mlx_lm.load(str(out))
     samples = []
     for p in prompts:
-        text = mlx_lm.generate(model, tokenizer, prompt=p, max_tokens=max_tokens, verbose=False)
-        samples.append((p, text))
+        # The tokenizer's decode of the tokens: mlx-lm's streamed text drops a leading space.
+        tokens = [r.token for r in mlx_lm.stream_generate(model, tokenizer, prompt=p, max_tokens=max_tokens)]
+        samples.append((p, tokenizer.decode(tokens, skip_special_tokens=True)))
     return samples
 
 
@@ -330,7 +331,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         f"- Final train loss (mean of last {report['train_loss_window']} steps): {report['final_train_loss']:.3f}.",
         f"- Held-out loss: {report['heldout_loss']:.3f} (perplexity {math.exp(report['heldout_loss']):.1f}).",
         "",
-        "## Sample (greedy, `mlx_lm.generate`)",
+        "## Sample (greedy, `mlx_lm.stream_generate`)",
         "",
         "```python",
         fib[0] + fib[1],
