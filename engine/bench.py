@@ -66,9 +66,9 @@ def _acceptance_by_position(drafting: list[RoundEvent]) -> list[float]:
 
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
-    df_tok_s = sum(s.num_generated for s in df) / max(sum(s.decode_s for s in df), 1e-9)
-    drafting = [r for r in rounds if r.drafted]
     df_decode_s = sum(s.decode_s for s in df)
+    df_tok_s = sum(s.num_generated for s in df) / max(df_decode_s, 1e-9)
+    drafting = [r for r in rounds if r.drafted]
     return {
         "ar_tok_s": round(ar_tok_s, 3),
         "dflash_tok_s": round(df_tok_s, 3),
