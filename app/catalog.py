@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from engine.demo_models import demo_pairs
+from engine.models.demo import demo_pairs
 
 TARGET, DRAFTER = "target", "drafter"
 
@@ -97,7 +97,7 @@ def merge_entries(*groups: list[ModelEntry]) -> list[ModelEntry]:
 
 def drafter_verdict(target: str, drafter: str) -> tuple[bool, str]:
     """(fits, sentence) for a drafter against a target, from files only (no download)."""
-    from engine.doctor import check_pair
+    from engine.models.doctor import check_pair
 
     report = check_pair(target, drafter, download=False)
     return report.ok, ("matches this target" if report.ok else report.problems[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from engine.errors import DFlashError
-from engine.trace import SCHEMA, chrome_events, read_trace
+from engine.tools.trace import SCHEMA, chrome_events, read_trace
 from app.run_record import RunRecord, record_from_trace
 from app.tokens import TokenTable, table_from_tokenizer_json
 

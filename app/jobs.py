@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from engine.events import Event
-from engine.generate import CancelToken, GenerationSettings
+from engine.decode.events import Event
+from engine.decode.decoder import CancelToken
+from engine.decode.settings import GenerationSettings
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-DEMO_MAX_TOKENS = 96
+
 
 
 def _has_display() -> bool:
@@ -34,7 +34,7 @@ def _qt_warning() -> Optional[str]:
 
 def _demo_models(args: argparse.Namespace) -> Optional[tuple[str, Optional[str]]]:
     """--target/--drafter when given, else the installed demo pair, else None."""
-    from engine.demo_models import demo_pair
+    from engine.models.demo import demo_pair
 
     target = getattr(args, "target", None)
     if target:
@@ -91,16 +91,18 @@ def run_gui(args: argparse.Namespace) -> int:
 
 
 def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int]) -> int:
+    from engine.decode.settings import DEFAULTS
+
     from PySide6.QtCore import QEventLoop
 
-    from engine.demo_models import SAMPLE_PROMPT
+    from engine.models.demo import SAMPLE_PROMPT
 
     window.resize(1600, 1000)
     if run_demo:
         window.prompt.set_prompt(SAMPLE_PROMPT)
         window.prompt.format.setCurrentIndex(window.prompt.format.findData("raw"))
         window.prompt.temperature.setValue(0.0)
-        window.prompt.max_tokens.setValue(max_tokens or DEMO_MAX_TOKENS)
+        window.prompt.max_tokens.setValue(max_tokens or DEFAULTS.max_tokens)
         window.prompt.set_mode("both")
         loop = QEventLoop()
         window.job_finished.connect(lambda _kind: loop.quit())

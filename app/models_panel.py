@@ -191,7 +191,7 @@ class ModelsPanel(QGroupBox):
 
     def check_now(self) -> None:
         """The doctor's verdict for the current choice, from files only (fast, no download)."""
-        from engine.doctor import check_pair
+        from engine.models.doctor import check_pair
 
         self._check_timer.stop()
         target, drafter = self.target_value(), self.drafter_value()

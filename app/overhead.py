@@ -33,7 +33,7 @@ class Headless:
     """The engine on a plain worker thread, no Qt: the in-process baseline."""
 
     def __init__(self, args):
-        from engine.session import load_pair
+        from engine.models.pair import load_pair
 
         self.args = args
         self.pair = None
@@ -55,8 +55,9 @@ class Headless:
             raise errors[0]
 
     def tok_s(self) -> float:
-        from engine.generate import GenerationSettings, generate
-        from engine.prompts import encode_prompt
+        from engine.decode.decoder import generate
+        from engine.decode.settings import GenerationSettings
+        from engine.decode.prompts import encode_prompt
 
         result = []
 
@@ -92,10 +93,10 @@ class Windowed:
         self.w.show()
         self.gui_share: list[float] = []  # GUI-thread CPU seconds per second of decoding
         self._marks: dict[str, tuple[float, float]] = {}
-        handle = self.w._handle
+        handle = self.w.controller.handle
 
         def timed_handle(msg):  # note GUI CPU and wall time when decoding starts and ends
-            from engine.events import SummaryEvent, TextEvent
+            from engine.decode.events import SummaryEvent, TextEvent
 
             event = getattr(msg, "event", None)
             if isinstance(event, TextEvent) and event.round is None and "first" not in self._marks:
@@ -104,7 +105,7 @@ class Windowed:
                 self._marks["last"] = (time.perf_counter(), time.thread_time())
             return handle(msg)
 
-        self.w._handle = timed_handle
+        self.w.controller.handle = timed_handle
 
     def tok_s(self) -> float:
         from PySide6.QtCore import QEventLoop
@@ -127,7 +128,7 @@ class Windowed:
 
 def main(argv: Optional[list[str]] = None) -> int:
     import engine  # noqa: F401  (optimised BLAS before MLX)
-    from engine.demo_models import SAMPLE_PROMPT
+    from engine.models.demo import SAMPLE_PROMPT
 
     ap = argparse.ArgumentParser(prog="python -m app.overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True)

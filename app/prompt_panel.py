@@ -9,8 +9,8 @@ from PySide6.QtWidgets import (
     QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
 )
 
-from engine.generate import MAX_BLOCK, GenerationSettings
-from engine.sampling import SamplingSettings
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, GenerationSettings
+from engine.decode.settings import SamplingSettings
 from app.settings import AppSettings
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
@@ -35,13 +35,13 @@ class PromptPanel(QGroupBox):
         self.thinking.setEnabled(False)
         self.thinking.setToolTip("Only for chat templates with a thinking mode (load the pair to find out)")
 
-        self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=5.0, singleStep=0.1)
+        self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=MAX_TEMPERATURE, singleStep=0.1)
         self.temperature.setToolTip("0 is greedy: DFlash must then equal AR token for token")
         self.top_p = QDoubleSpinBox(decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=1.0)
         self.top_k = QSpinBox(minimum=0, maximum=1_000_000)
         self.top_k.setSpecialValueText("off")
         self.seed = QSpinBox(minimum=0, maximum=2_147_483_647)
-        self.max_tokens = QSpinBox(minimum=1, maximum=1_000_000, value=128)
+        self.max_tokens = QSpinBox(minimum=1, maximum=MAX_TOKENS_LIMIT, value=DEFAULTS.max_tokens)
         self.block_size = QSpinBox(minimum=0, maximum=MAX_BLOCK)
         self.block_size.setSpecialValueText("drafter's")
 

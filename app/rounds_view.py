@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
 )
 
-from engine.events import RoundEvent
+from engine.decode.events import RoundEvent
 from app import theme
 from app.run_record import RunRecord
 from app.tokens import chip_text

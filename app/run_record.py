@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.stats import RoundStats
 from app.tokens import Span, SpanAligner, TokenTable
 
 # Provenance of an output token.
@@ -52,15 +53,9 @@ class RunRecord:
         # Plot series, grown as events arrive.
         self.tps_t: list[float] = []
         self.tps_v: list[float] = []
-        self.acc_len: list[int] = []
-        self.draft_ms: list[float] = []
-        self.verify_ms: list[float] = []
-        self.rollback_ms: list[float] = []
-        self.pos_offered: list[int] = []
-        self.pos_accepted: list[int] = []
+        self.acc_len: list[int] = []  # accepted + 1 per round, for the plot
+        self.stats = RoundStats()  # tau, per-position acceptance, round times (as the engine reports them)
         self.last_t = 0.0
-        self._tau_sum = 0
-        self._tau_n = 0
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -76,21 +71,8 @@ class RunRecord:
 
     def _add_round(self, r: RoundEvent) -> None:
         self.rounds.append(r)
-        self.draft_ms.append(r.draft_ms)
-        self.verify_ms.append(r.verify_ms)
-        self.rollback_ms.append(r.rollback_ms)
         self.acc_len.append(r.accepted + 1)
-        if r.drafted:
-            self._tau_sum += r.accepted + 1
-            self._tau_n += 1
-        n = len(r.drafted)
-        if n > len(self.pos_offered):
-            grow = n - len(self.pos_offered)
-            self.pos_offered += [0] * grow
-            self.pos_accepted += [0] * grow
-        for k in range(n):
-            self.pos_offered[k] += 1
-            self.pos_accepted[k] += r.accepted > k
+        self.stats.add(r)
 
     def _add_text(self, ev: TextEvent) -> None:
         new = []
@@ -137,18 +119,18 @@ class RunRecord:
     @property
     def tau(self) -> Optional[float]:
         """Mean acceptance length (bonus counted) over rounds that drafted, as the engine reports it."""
-        return self._tau_sum / self._tau_n if self._tau_n else None
+        return self.stats.tau
 
     @property
     def per_position_acceptance(self) -> list[float]:
-        return [a / o if o else 0.0 for a, o in zip(self.pos_accepted, self.pos_offered)]
+        return self.stats.per_position_acceptance
 
     def token_ids(self) -> list[int]:
         return [t.id for t in self.tokens]
 
     def records(self) -> list[dict[str, Any]]:
         """Trace records after the header: rounds, text and the summary, as the engine writes them."""
-        from engine.events import to_dict
+        from engine.decode.events import to_dict
 
         return [to_dict(e) for e in self.events if not isinstance(e, StartEvent)]
 
@@ -165,8 +147,8 @@ def start_from_header(header: dict[str, Any]) -> StartEvent:
 
 def record_from_trace(header: dict[str, Any], records: list[dict[str, Any]],
                       table: Optional[TokenTable]) -> RunRecord:
-    """Replay a trace (read by engine.trace.read_trace) into a record."""
-    from engine.events import EVENT_TYPES, from_dict
+    """Replay a trace (read by engine.tools.trace.read_trace) into a record."""
+    from engine.decode.events import EVENT_TYPES, from_dict
 
     run = RunRecord(start_from_header(header), header, table)
     for rec in records:

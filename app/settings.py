@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from app.paths import config_dir
+from engine.decode.settings import DEFAULTS
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -28,12 +29,12 @@ class AppSettings:
     prompt: Optional[str] = None  # None: never set, so the sample prompt is filled in
     prompt_format: str = "raw"  # "auto", "chat" or "raw"
     thinking: str = "default"  # "default", "on" or "off"
-    mode: str = "dflash"  # "dflash", "ar" or "both"
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    max_tokens: int = 128
+    mode: str = DEFAULTS.mode  # "dflash", "ar" or "both"
+    temperature: float = DEFAULTS.sampling.temperature
+    top_p: float = DEFAULTS.sampling.top_p
+    top_k: int = DEFAULTS.sampling.top_k
+    seed: int = DEFAULTS.sampling.seed
+    max_tokens: int = DEFAULTS.max_tokens
     block_size: int = 0  # 0: the drafter's own
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
     splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()

@@ -1,98 +1,78 @@
-"""The main window: wires the panels to the worker and turns its messages into views.
+"""The main window: the view shell. Layout, menus, settings, model lists, files, dialogs.
 
-The worker puts messages on a queue. The window drains it when a refresh is due
-(a single-shot timer paced by `Throttle`, so watching costs the GUI thread ~1.5% of
-a core) and at once when the worker signals that a job ended; draining updates the run
-records (plain Python), then the views repaint from them.
+Jobs, the worker's messages and the run records belong to the run controller
+(app/run_controller.py); the window builds the views it updates and offers the few
+view-level reactions it calls (a pair loaded or failed, parity shown, the status bar).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from engine.demo_models import SAMPLE_PROMPT, demo_pair
+from engine.models.demo import SAMPLE_PROMPT, demo_pair
 from engine.errors import DFlashError
-from engine.events import StartEvent
-from engine.generate import CancelToken
-from app import catalog, files
-from app.catalog import DRAFTER, TARGET
-from app.jobs import (
-    EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
-    RunFailed, RunJob,
-)
+from app import files
+from app.jobs import PairInfo, ParityDone
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView
 from app.parity_view import ParityView
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
 from app.rounds_view import RoundsView
+from app.model_lists import ModelLists
+from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
-from app.throttle import Throttle
-from app.worker import WorkerHost
+from app.status_line import StatusLine
 
 log = logging.getLogger("app.window")
 
-FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
-REFRESH_MIN_S = 0.1  # views refresh at most this often...
-REFRESH_BUDGET = 0.015  # ...and slower when the GUI thread would use more than 1.5% of wall time
-PLOT_MIN_S = 1.0  # plots (the costliest repaint) at most this often, and every other refresh
-
 
 class MainWindow(QMainWindow):
-    # Emitted after the drain that handled the worker's JobDone, so views already hold everything.
-    job_finished = Signal(str)
-    run_finished = Signal()
-    load_finished = Signal(bool)
     error_shown = Signal(str)
     notice_shown = Signal(str)
-    _hf_scanned = Signal(object)
 
     def __init__(self, persist: bool = True, parent=None):
         super().__init__(parent)
         self.persist = persist
         self.settings_file = settings_path()  # saved back where it was read, whatever the env says later
         self.settings, notice = load_settings(self.settings_file)
-        self.host = WorkerHost(self)
-        self.loaded: Optional[PairInfo] = None
-        self.runs: dict[str, RunRecord] = {}
-        self.current_run: Optional[RunRecord] = None  # shown in Output
-        self.rounds_run: Optional[RunRecord] = None  # shown in Rounds and the round plots
-        self.parity: Optional[ParityDone] = None
-        self.replaying: Optional[Path] = None
-        self.job_mode: Optional[str] = None  # mode of the last run submitted
-        self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
         self.errors: list[str] = []
         self.notices: list[str] = []
         self.error_box: Optional[QMessageBox] = None
-        self._hf_entries: list[catalog.ModelEntry] = []
         self._closing = False
-        self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET)
-        self._last_plot = 0.0
-        self._dirty = False
 
         self.setWindowTitle("DFlash Playground")
         self.setAcceptDrops(True)
+        self.controller = RunController(self)
         self._build()
+        self.model_lists = ModelLists(self.models, self.settings, self)
         self._build_menus()
         self._apply_settings()
-        self.timer = QTimer(self, singleShot=True)
-        self.timer.timeout.connect(self._tick)
-        self.host.worker.job_done.connect(self._tick)  # queued: the last events, without waiting
-        self._hf_scanned.connect(self._on_hf_scanned)
-        self._start_hf_scan()
+        self.model_lists.start_scan()
         if notice:
             self.notify(notice, dialog=True)
+
+    # ---- the controller's state, read by menus, exports and tests ---------------------------
+
+    host = property(lambda self: self.controller.host)
+    loaded = property(lambda self: self.controller.loaded)
+    runs = property(lambda self: self.controller.runs)
+    current_run = property(lambda self: self.controller.current_run)
+    rounds_run = property(lambda self: self.controller.rounds_run)
+    busy = property(lambda self: self.controller.busy)
+    hf_scan_done = property(lambda self: self.model_lists.scan_done)
+    job_finished = property(lambda self: self.controller.job_finished)
+    run_finished = property(lambda self: self.controller.run_finished)
+    load_finished = property(lambda self: self.controller.load_finished)
 
     # ---- layout ----------------------------------------------------------------------------
 
@@ -140,14 +120,9 @@ class MainWindow(QMainWindow):
         self.main_split.setSizes([360, 700, 540])
         self.setCentralWidget(self.main_split)
 
-        bar = self.statusBar()
-        self.status_labels = {}
-        for key in ("tok/s", "tau", "rounds", "tokens", "device", "peak"):
-            label = QLabel(f"{key}: –")
-            bar.addPermanentWidget(label)
-            self.status_labels[key] = label
-
-        self._update_status()
+        self.status_line = StatusLine(self.statusBar())
+        self.status_labels = self.status_line.labels
+        self.update_status()
         self.models.load_requested.connect(self.start_load)
         self.models.cancel_requested.connect(self.stop)
         self.prompt.run_button.clicked.connect(self.start_run)
@@ -187,7 +162,7 @@ class MainWindow(QMainWindow):
         s = self.settings
         demo = demo_pair()
         self.models.demo_installed = demo is not None
-        self._refresh_entries()
+        self.model_lists.refresh()
         target, drafter = s.target, s.drafter
         if not target and demo is not None:  # first launch: the demo pair
             target, drafter = str(demo[0]), str(demo[1])
@@ -222,231 +197,62 @@ class MainWindow(QMainWindow):
         if problem:
             log.warning(problem)
 
-    # ---- model lists -----------------------------------------------------------------------
+    # ---- jobs (run by the controller) -------------------------------------------------------
 
-    def _refresh_entries(self) -> None:
-        s = self.settings
-        demo = catalog.demo_entries()
-        groups = {role: catalog.merge_entries(
-            [e for e in demo if e.role == role],
-            catalog.recent_entries(s.recent_targets if role == TARGET else s.recent_drafters, role),
-            [e for e in self._hf_entries if e.role == role],
-        ) for role in (TARGET, DRAFTER)}
-        self.models.set_entries(groups[TARGET], groups[DRAFTER])
-
-    def _start_hf_scan(self) -> None:
-        def scan() -> None:
-            try:
-                entries = catalog.scan_hf_cache()
-            except Exception:  # noqa: BLE001 - a broken cache just lists nothing
-                log.exception("scanning the Hugging Face cache failed")
-                entries = []
-            try:
-                self._hf_scanned.emit(entries)
-            except RuntimeError:  # the window is gone
-                pass
-
-        self._scan_thread = threading.Thread(target=scan, name="hf-cache-scan", daemon=True)
-        self._scan_thread.start()
-
-    def _on_hf_scanned(self, entries: list) -> None:
-        self._hf_entries = entries
-        self._refresh_entries()
-        self.hf_scan_done = True
-
-    # ---- jobs ------------------------------------------------------------------------------
-
-    @property
-    def busy(self) -> bool:
-        return self.active is not None
-
-    def _submit(self, job: Any) -> None:
-        job_id = self.host.submit(job)
-        self.active = (job_id, job)
-        self.prompt.set_running(True)
-        self.models.load_button.setEnabled(False)
-        self._last_plot = time.perf_counter()  # nothing to plot yet: the first refresh skips the plots
-        self.timer.start(FIRST_REFRESH_MS)
-
-    def start_load(self) -> None:
-        if self.busy:
-            return
+    def _chosen_target(self) -> Optional[str]:
         target = self.models.target_value()
         if not target:
             self.show_error("No target model", "choose a target model first (a folder or a Hugging Face id).")
-            return
-        job = LoadJob(target, self.models.drafter_value())
-        self.models.set_loading(True)
-        self.models.status.setText("loading…")
-        self._submit(job)
+        return target or None
+
+    def start_load(self) -> None:
+        if not self.busy and (target := self._chosen_target()):
+            self.controller.start_load(target, self.models.drafter_value())
 
     def start_run(self) -> None:
         """Run the prompt with the current settings, loading the chosen pair first if it changed."""
-        if self.busy:
-            return
-        target, drafter = self.models.target_value(), self.models.drafter_value()
-        if not target:
-            self.show_error("No target model", "choose a target model first (a folder or a Hugging Face id).")
-            return
-        cancel = CancelToken()
-        load = None
-        if self.loaded is None or (self.loaded.target, self.loaded.drafter) != (target, drafter):
-            load = LoadJob(target, drafter, cancel=cancel)
-            self.models.set_loading(True)
-        job = RunJob(self.prompt.prompt(), self.prompt.chat_flag(), self.prompt.thinking_flag(), self.prompt.mode(),
-                     self.prompt.settings(), load=load, cancel=cancel)
-        self._clear_run_views()
-        self.job_mode = job.mode
-        self.statusBar().showMessage("running…")
-        self._submit(job)
+        if not self.busy and (target := self._chosen_target()):
+            self.controller.start_run(target, self.models.drafter_value())
 
     def stop(self) -> None:
-        """Cancel the job in progress: a run stops within one round, a load between stages."""
-        if self.active is not None:
-            self.active[1].cancel.cancel()
-            self.statusBar().showMessage("stopping…")
+        self.controller.stop()
 
-    def _clear_run_views(self) -> None:
-        self.runs = {}
-        self.current_run = None
-        self.rounds_run = None
-        self.parity = None
-        self.replaying = None
+    # ---- what the controller asks of the views ---------------------------------------------
+
+    def clear_run_views(self) -> None:
         self.output.set_run(None)
         self.rounds.set_run(None)
         self.parity_view.clear()
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
-        self._update_status()
+        self.update_status()
 
-    # ---- draining the worker ---------------------------------------------------------------
-
-    def _tick(self) -> None:
-        """Drain the worker's queue, refresh the views, and schedule the next refresh."""
-        done = []
-        for msg in self.host.take():
-            if isinstance(msg, JobDone):
-                done.append(msg)
-            else:
-                self._handle(msg)
-        if done or (self._dirty and self._throttle.due()):
-            self._refresh_views(final=bool(done))
-        for msg in done:
-            self._job_done(msg)
-        if self.host.busy or self._dirty:  # poll no faster than FIRST_REFRESH_MS while waiting
-            wait = max(self._throttle.next_at - time.perf_counter(), FIRST_REFRESH_MS / 1000)
-            self.timer.start(int(wait * 1000))
-        else:
-            self.timer.stop()
-
-    def _handle(self, msg: Any) -> None:
-        if isinstance(msg, EngineEvent):
-            if isinstance(msg.event, StartEvent):
-                table = self.loaded.token_table if self.loaded else None
-                run = RunRecord(msg.event, msg.header, table)
-                self.runs[msg.label] = run
-                self.current_run = run
-                self.output.set_run(run)
-                if msg.label == "dflash":
-                    self.rounds_run = run
-                    self.rounds.set_run(run)
-            else:
-                run = self.runs.get(msg.label)
-                if run is not None:
-                    run.add(msg.event)
-            self._dirty = True
-        elif isinstance(msg, LoadProgress):
-            self.models.set_progress(msg.stage, msg.frac)
-        elif isinstance(msg, Loaded):
-            self._loaded(msg.info)
-        elif isinstance(msg, LoadFailed):
-            self.loaded = None  # the worker let go of the old pair before trying the new one
-            self.models.set_loading(False)
-            if msg.cancelled:
-                self.models.status.setText(msg.message)
-                self.notify(msg.message)
-            else:
-                self.models.status.setText("no pair loaded")
-                self.show_error("Could not load the pair", msg.message)
-        elif isinstance(msg, ParityDone):
-            self.parity = msg
-            self._dirty = True
-        elif isinstance(msg, RunFailed):
-            self.show_error("The run failed", msg.message)
-
-    def _loaded(self, info: PairInfo) -> None:
-        self.loaded = info
+    def pair_loaded(self, info: PairInfo) -> None:
         self.models.set_loading(False)
         facts = info.facts
         drafter = f" + drafter ({facts.get('drafter_layers')} layers, block {facts.get('block_size')})" \
             if info.drafter else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
-        self.status_labels["device"].setText(f"device: {info.device}")
+        self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
-        self._refresh_entries()
+        self.model_lists.refresh()
 
-    def _refresh_views(self, final: bool = False) -> None:
-        self._throttle.started()
-        self.output.refresh()
-        self.rounds.refresh()
-        if self.job_mode == "both":
-            self.parity_view.show_runs(self.runs.get("ar"), self.runs.get("dflash"))
-        self._update_status()
-        now = time.perf_counter()
-        if final or now - self._last_plot >= max(PLOT_MIN_S, 2 * self._throttle.last_gap):
-            self._last_plot = now
-            self.plots.update_runs(self.runs, self.rounds_run)
-            self._dirty = False
-        if final:
-            self._dirty = False
-            if self.parity is not None and "ar" in self.runs and "dflash" in self.runs:
-                self.parity_view.show_result(self.parity, self.runs["ar"], self.runs["dflash"])
-                mark = "✓" if self.parity.identical else "✗"
-                self.center_tabs.setTabText(1, f"Parity {mark}")
-
-    def _update_status(self) -> None:
-        run = self.rounds_run or self.current_run
-        labels = self.status_labels
-        if run is None:
-            for key, name in (("tok/s", "tok/s"), ("tau", "τ"), ("rounds", "rounds"), ("tokens", "tokens"),
-                              ("peak", "peak")):
-                labels[key].setText(f"{name}: –")
-            return
-        shown = self.current_run or run
-        ar, df = self.runs.get("ar"), self.runs.get("dflash")
-        if ar is not None and df is not None and ar.tok_per_s and df.tok_per_s:
-            labels["tok/s"].setText(f"tok/s: AR {ar.tok_per_s:.1f} · DFlash {df.tok_per_s:.1f} "
-                                    f"(×{df.tok_per_s / ar.tok_per_s:.2f})")
-        else:
-            tps = shown.tok_per_s
-            labels["tok/s"].setText(f"{shown.mode} tok/s: {tps:.1f}" if tps is not None else "tok/s: –")
-        tau = run.tau
-        labels["tau"].setText(f"τ: {tau:.2f}" if tau is not None else "τ: –")
-        labels["rounds"].setText(f"rounds: {len(run.rounds)}")
-        labels["tokens"].setText(f"tokens: {len(shown.tokens)}")
-        peak = shown.summary.peak_memory_mb if shown.summary else None
-        labels["peak"].setText(f"peak: {peak:.0f} MB" if peak is not None else "peak: –")
-
-    def _job_done(self, msg: JobDone) -> None:
-        if self.active is not None and self.active[0] == msg.job_id:
-            self.active = None
-        self.prompt.set_running(False)
+    def pair_failed(self, message: str, cancelled: bool) -> None:
         self.models.set_loading(False)
-        self.models.load_button.setEnabled(True)
-        if msg.kind == "run":
-            run = self.current_run
-            if run is not None and run.summary is not None:
-                s = run.summary
-                self.statusBar().showMessage(
-                    f"{s.mode}: {s.num_generated} tokens, {s.tok_per_s:.1f} tok/s, stop: {s.stop_reason}")
-            elif msg.cancelled:
-                self.statusBar().showMessage("stopped")
-            self.job_finished.emit(msg.kind)
-            self.run_finished.emit()
-        elif msg.kind == "load":
-            self.job_finished.emit(msg.kind)
-            self.load_finished.emit(msg.ok)
+        if cancelled:
+            self.models.status.setText(message)
+            self.notify(message)
+        else:
+            self.models.status.setText("no pair loaded")
+            self.show_error("Could not load the pair", message)
+
+    def show_parity(self, parity: ParityDone, ar: RunRecord, dflash: RunRecord) -> None:
+        self.parity_view.show_result(parity, ar, dflash)
+        self.center_tabs.setTabText(1, f"Parity {'✓' if parity.identical else '✗'}")
+
+    def update_status(self) -> None:
+        self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)
 
     # ---- rounds <-> output -----------------------------------------------------------------
 
@@ -508,16 +314,7 @@ class MainWindow(QMainWindow):
         except DFlashError as exc:
             self.show_error("Could not open the trace", str(exc))
             return False
-        self._clear_run_views()
-        self.job_mode = None
-        self.replaying = Path(path)
-        self.runs = {run.mode: run}
-        self.current_run = run
-        self.rounds_run = run if run.rounds else None
-        self.output.set_run(run)
-        self.rounds.set_run(self.rounds_run)
-        self.plots.update_runs(self.runs, self.rounds_run)
-        self._update_status()
+        self.controller.show_replay(run, Path(path))
         self.center_tabs.setCurrentWidget(self.output)
         self.statusBar().showMessage(f"replaying {path}")
         return True
@@ -586,10 +383,8 @@ class MainWindow(QMainWindow):
         self._closing = True
         if self.persist:
             self.save_settings()
-        self.timer.stop()
         self.hide()
-        self.host.shutdown()
-        self.host.take()
+        self.controller.shutdown()
         for box in (self.error_box, getattr(self, "notice_box", None)):
             if box is not None:
                 box.close()

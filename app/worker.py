@@ -18,12 +18,12 @@ from typing import Any, Optional
 
 from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 
-import engine.generate as engine_generate
-import engine.parity as engine_parity
-import engine.session as engine_session
+import engine.decode.decoder as engine_generate
+import engine.tools.parity as engine_parity
+import engine.models.pair as engine_session
 from engine.errors import DFlashError
-from engine.events import StartEvent
-from engine.prompts import encode_prompt
+from engine.decode.events import StartEvent
+from engine.decode.prompts import encode_prompt
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
     EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
@@ -37,8 +37,8 @@ log = logging.getLogger("app.worker")
 def _device_name() -> str:
     import mlx.core as mx
 
-    from engine import blas
-    from engine.streams import STREAM
+    from engine.runtime import blas
+    from engine.runtime.streams import STREAM
 
     with mx.stream(STREAM):
         device = mx.default_device()
@@ -50,7 +50,7 @@ def _device_name() -> str:
 def _clear_mlx_cache() -> None:
     import mlx.core as mx
 
-    from engine.streams import STREAM
+    from engine.runtime.streams import STREAM
 
     with mx.stream(STREAM):
         mx.clear_cache()
@@ -141,7 +141,7 @@ class Worker(QObject):
         return True
 
     def _run(self, job: RunJob) -> bool:
-        from engine.trace import header_record
+        from engine.tools.trace import header_record
 
         put = self.outbox.put
         pair = self.pair

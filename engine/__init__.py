@@ -1,6 +1,6 @@
 """DFlash engine: target + drafter loading, rounds, events, CLI. No Qt here."""
 
-from engine import blas as _blas
+from engine.runtime import blas as _blas
 
 _blas.preload()  # must run before anything imports mlx.core
 

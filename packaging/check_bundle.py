@@ -21,7 +21,7 @@ scratch folder, HOME pointed at a scratch folder):
 - the window renders (`gui --screenshot`, offscreen).
 
 Until the trained demo pair exists in resources/models/, the bundle gets a stand-in pair:
-copies of --target/--drafter when given, else a tiny random pair from engine.tiny_models.
+copies of --target/--drafter when given, else a tiny random pair from tests/fixtures/tiny_models.py.
 Re-run without --no-build once the real pair is installed.
 
 Linux (or macOS, where it checks the one-folder build next to the .app). Slow: a build takes
@@ -100,14 +100,14 @@ def stand_in_models(scratch: Path, target: str | None, drafter: str | None) -> P
             shutil.copytree(src, out / name)
         print(f"stand-in demo pair: copies of {target} and {drafter}")
         return out
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test fixtures build the stand-in pair
     import engine  # noqa: F401  (BLAS before MLX)
-    from engine.tiny_models import write_drafter, write_target, write_tokenizer
+    from fixtures.tiny_models import write_drafter, write_target, write_tokenizer
 
     write_tokenizer(scratch / "tokenizer")
     write_target(out / "demo-target", scratch / "tokenizer")
     write_drafter(out / "demo-drafter", out / "demo-target")
-    print(f"stand-in demo pair: a tiny random pair in {out} (engine.tiny_models)")
+    print(f"stand-in demo pair: a tiny random pair in {out} (tests/fixtures/tiny_models.py)")
     return out
 
 
@@ -228,7 +228,7 @@ def check_layout(report: Report, bundle: Path) -> None:
     tok = [m for m in modules if m.startswith("transformers.models.") and ".tokenization_" in m]
     report.add("archive: transformers tokenizer modules", "transformers.models.qwen2.tokenization_qwen2" in modules,
                f"{len(tok)} modules")
-    ours = ["engine.cli", "engine.generate", "engine.blas", "kernels", "app.main", "app.window"]
+    ours = ["app.cli", "engine.tools.cli", "engine.decode.decoder", "engine.runtime.blas", "kernels", "app.main", "app.window"]
     missing = [m for m in ours if m not in modules]
     report.add("archive: engine, kernels, app", not missing, f"missing {missing}" if missing else "")
 
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     # The same command from the source tree must give the same tokens.
     base = bundle / "_internal" if (bundle / "_internal").is_dir() else bundle
     pair = [str(base / "resources/models/demo-target"), str(base / "resources/models/demo-drafter")]
-    src = subprocess.run([sys.executable, "-m", "engine.cli", *GENERATE, "--target", pair[0], "--drafter", pair[1]],
+    src = subprocess.run([sys.executable, "-m", "engine.tools.cli", *GENERATE, "--target", pair[0], "--drafter", pair[1]],
                          cwd=ROOT, capture_output=True, text=True)
     try:
         src_tokens = json.loads(src.stdout.strip().splitlines()[-1])["token_ids"]

@@ -1,7 +1,7 @@
 """Entry point of the frozen app (PyInstaller): the `dflash-playground` command.
 
 A double-click start (macOS .app, Linux desktop entry) passes no arguments, so
-`engine.cli.main()` opens the window; from a terminal the bundled program takes the
+`app.cli.main()` opens the window; from a terminal the bundled program takes the
 same subcommands as the installed CLI (`--version`, `generate`, `doctor`, ...).
 
 Nothing here touches HF_HOME / HF_HUB_CACHE: models chosen from the Hugging Face
@@ -19,6 +19,6 @@ def _user_args(argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     multiprocessing.freeze_support()
-    from engine.cli import main  # importing `engine` preloads OpenBLAS before MLX (engine/blas.py)
+    from app.cli import main  # importing `engine` preloads OpenBLAS before MLX (engine/runtime/blas.py)
 
     sys.exit(main(_user_args(sys.argv[1:])))

@@ -14,8 +14,8 @@ os.environ["DFLASH_CONFIG_DIR"] = str(_SANDBOX / "config")
 os.environ["DFLASH_LOG_DIR"] = str(_SANDBOX / "logs")
 
 import engine  # noqa: E402,F401  (optimised BLAS before MLX)
-from engine.session import load_pair  # noqa: E402
-from engine import tiny_models as tm  # noqa: E402
+from engine.models.pair import load_pair  # noqa: E402
+from fixtures import tiny_models as tm  # noqa: E402
 
 PROMPTS = [
     "def main():\n    parser = argparse.ArgumentParser(",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from engine.events import RoundEvent, SummaryEvent
-from engine.generate import GenerationSettings, generate
-from engine.prompts import encode_prompt
+from engine.decode.events import RoundEvent, SummaryEvent
+from engine.decode.decoder import generate
+from engine.decode.settings import GenerationSettings
+from engine.decode.prompts import encode_prompt
 
 
 def run(pair, prompt, **settings):

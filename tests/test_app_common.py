@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.events import RoundEvent, SummaryEvent, TextEvent
+from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 
 RUN_TIMEOUT_MS = 60_000
 

@@ -6,12 +6,12 @@ import threading
 import pytest
 from PySide6.QtCore import Qt
 
-import engine.generate
-import engine.session
-from engine.doctor import check_pair
+import engine.decode.decoder
+import engine.models.pair
+from engine.models.doctor import check_pair
 from engine.errors import SettingsError
-from engine.generate import GenerationSettings
-from engine.session import load_pair
+from engine.decode.settings import GenerationSettings
+from engine.models.pair import load_pair
 from app.errors import OUT_OF_MEMORY, is_out_of_memory
 
 from conftest import PROMPTS
@@ -68,20 +68,20 @@ def test_load_errors_show_the_engine_sentence(qtbot, make_window, qwen3_tied_dir
 
 def test_out_of_memory_is_named(qtbot, make_window, qwen3_tied_dirs, monkeypatch):
     """MLX raises RuntimeError on a failed allocation; simulated at the engine boundary."""
-    real = engine.generate.generate
+    real = engine.decode.decoder.generate
 
     def oom(*args, **kwargs):
         raise RuntimeError("[malloc] Unable to allocate 68719476736 bytes.")
         yield  # pragma: no cover
 
-    monkeypatch.setattr(engine.generate, "generate", oom)
+    monkeypatch.setattr(engine.decode.decoder, "generate", oom)
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12)
     with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
         run_and_wait(qtbot, w)
     assert shown.args == [OUT_OF_MEMORY]
     assert w.loaded is not None  # the pair itself loaded and stays loaded
-    monkeypatch.setattr(engine.generate, "generate", real)
+    monkeypatch.setattr(engine.decode.decoder, "generate", real)
     assert_usable_after(qtbot, w, qwen3_tied_dirs, PROMPTS[0])
 
 
@@ -100,14 +100,14 @@ def test_out_of_memory_detection(message, oom):
 def blocking_target_load(monkeypatch):
     """Holds the worker inside the target load until the test releases it."""
     entered, release = threading.Event(), threading.Event()
-    real = engine.session.load_target
+    real = engine.models.pair.load_target
 
     def slow_load_target(path):
         entered.set()
         release.wait(timeout=30)
         return real(path)
 
-    monkeypatch.setattr(engine.session, "load_target", slow_load_target)
+    monkeypatch.setattr(engine.models.pair, "load_target", slow_load_target)
     return entered, release
 
 

@@ -7,8 +7,8 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
-from engine.events import to_dict
-from engine.trace import SCHEMA, read_trace
+from engine.decode.events import to_dict
+from engine.tools.trace import SCHEMA, read_trace
 
 from conftest import PROMPTS
 from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
@@ -38,7 +38,7 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     assert w2.loaded is None
     assert w2.open_trace(path)
     replay = w2.rounds_run
-    assert w2.loaded is None and w2.replaying == path
+    assert w2.loaded is None and w2.controller.replaying == path
     assert w2.rounds.rounds_model.rowCount() == len(run.rounds)
     assert [w2.rounds.rounds_model.round_at(i) for i in range(len(run.rounds))] == run.rounds
     assert w2.output.plain_text() == run.summary.text == w.output.plain_text()

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 import pytest
 from PySide6.QtGui import QImage
 
-from engine.cli import main as cli
-from engine.events import RoundEvent, StartEvent
+from app.cli import main as cli
+from engine.decode.events import RoundEvent, StartEvent
 from app.rounds_view import ChipDelegate, RoundsView
 from app.run_record import RunRecord
 from app.throttle import Throttle

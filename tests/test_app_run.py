@@ -5,11 +5,12 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
-from engine.events import RoundEvent, SummaryEvent
-from engine.generate import GenerationSettings, generate
-from engine.parity import first_divergence
-from engine.prompts import encode_prompt
-from engine.session import load_pair
+from engine.decode.events import RoundEvent, SummaryEvent
+from engine.decode.decoder import generate
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import first_divergence
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
 from app.run_record import ACCEPTED, AR, PREFILL
 
 from conftest import PROMPTS

@@ -6,7 +6,7 @@ import shutil
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
-from engine.demo_models import SAMPLE_PROMPT
+from engine.models.demo import SAMPLE_PROMPT
 from app.catalog import DRAFTER, TARGET
 from app.settings import AppSettings, load_settings, settings_path
 

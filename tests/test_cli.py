@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.cli import main as cli
+from app.cli import main as cli
 
 from conftest import PROMPTS
 

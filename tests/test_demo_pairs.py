@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine.demo_models import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs
-from engine.doctor import check_pair
-from engine.generate import GenerationSettings
-from engine.parity import run_parity
-from engine.prompts import encode_prompt
-from engine.session import load_pair
-from engine.tiny_models import write_untrained_copy
+from engine.models.demo import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs
+from engine.models.doctor import check_pair
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import run_parity
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
+from fixtures.tiny_models import write_untrained_copy
 
 PAIRS = demo_pairs()
 

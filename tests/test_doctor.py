@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from engine.cli import main as cli
-from engine.doctor import check_pair
-from engine.drafter_config import default_target_layer_ids
+from app.cli import main as cli
+from engine.models.doctor import check_pair
+from engine.models.drafter_config import default_target_layer_ids
 from engine.errors import DFlashError
-from engine.session import load_pair
+from engine.models.pair import load_pair
 
 
 @pytest.fixture

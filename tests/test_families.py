@@ -3,13 +3,14 @@
 import mlx.core as mx
 import pytest
 
-from engine import tiny_models as tm
-from engine.generate import GenerationSettings
-from engine.parity import run_parity
-from engine.prompts import encode_prompt
-from engine.session import load_pair
-from engine.streams import STREAM
-from engine.target import install_taps, make_target_cache, remove_taps
+from fixtures import tiny_models as tm
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import run_parity
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
+from engine.runtime.streams import STREAM
+from engine.models.target import make_target_cache
+from engine.models.taps import install_taps, remove_taps
 
 from conftest import PROMPTS
 from helpers import run

@@ -11,16 +11,17 @@ import json
 import mlx.core as mx
 import pytest
 
-from engine.cli import main as cli
-from engine.doctor import check_pair
+from app.cli import main as cli
+from engine.models.doctor import check_pair
 from engine.errors import SettingsError
-from engine.generate import GenerationSettings, prefill
-from engine.parity import first_divergence, logit_margin, run_parity
-from engine.prompts import encode_prompt
-from engine.session import load_pair
-from engine.streams import STREAM
-from engine.target import make_target_cache
-from engine.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
+from engine.decode.decoder import prefill
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import first_divergence, logit_margin, run_parity
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
+from engine.runtime.streams import STREAM
+from engine.models.target import make_target_cache
+from fixtures.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
 from kernels.gated_delta import kernel_status
 
 from conftest import PROMPTS
@@ -109,7 +110,7 @@ def test_ar_equals_mlx_lm_generate(hybrid_dirs):
     """The taped GatedDeltaNet forward changes nothing: our AR matches mlx-lm's own greedy generate."""
     from mlx_lm.generate import stream_generate
 
-    from engine.target import load_target
+    from engine.models.target import load_target
 
     for kind, (target, drafter) in hybrid_dirs.items():
         pair = load_pair(target, drafter)
@@ -123,7 +124,7 @@ def test_ar_equals_mlx_lm_generate(hybrid_dirs):
 
 def test_taps_compose_with_taped_layers(hybrid_dirs):
     """Tapped decoder layers holding taped GatedDeltaNet mixers give the same taps and logits as untouched ones."""
-    from engine.hybrid_gdn import gdn_layers, instrument, is_instrumented, uninstrument
+    from engine.models.gdn_tape import gdn_layers, instrument, is_instrumented, uninstrument
 
     target, drafter = hybrid_dirs["qwen3_5"]
     taped, plain = load_pair(target, drafter), load_pair(target, drafter)

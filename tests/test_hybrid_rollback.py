@@ -10,12 +10,14 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from engine.hybrid import HybridRollback, applies
-from engine.hybrid_gdn import gdn_layers, instrument, is_instrumented, uninstrument
-from engine.rollback import make_rollback, rollback_kind
-from engine.target import make_target_cache
-from engine.tiny_hybrid import HYBRID_KINDS, hybrid_config, sharpen
-from engine.tiny_models import build_target_model, target_config
+from engine.decode.hybrid_rollback import HybridRollback
+from engine.models.gdn_tape import is_hybrid as applies
+from engine.models.gdn_tape import gdn_layers, instrument, is_instrumented, uninstrument
+from engine.decode.rollback import make_rollback
+from engine.models.target import rollback_kind
+from engine.models.target import make_target_cache
+from fixtures.tiny_hybrid import HYBRID_KINDS, hybrid_config, sharpen
+from fixtures.tiny_models import build_target_model, target_config
 
 VOCAB = 96
 BLOCK = 6
@@ -147,8 +149,8 @@ def test_strategy_selection():
 
 def test_untied_qwen3_5_head_is_borrowed(tokenizer_dir, tmp_path):
     """qwen3_5 keeps an untied lm_head under language_model: the drafter must borrow that, not the embedding."""
-    from engine.session import load_pair
-    from engine.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
+    from engine.models.pair import load_pair
+    from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
 
     target = write_hybrid_target(tmp_path / "t", tokenizer_dir, "qwen3_5", tie_word_embeddings=False)
     write_hybrid_drafter(tmp_path / "d", target)

@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from engine.doctor import check_pair
+from engine.models.doctor import check_pair
 from engine.errors import CheckpointError
-from engine.model_paths import resolve_model_path
+from engine.models.paths import resolve_model_path
 
 
 def fake_hf_cache(cache_dir, repo_id, source):

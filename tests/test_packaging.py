@@ -82,7 +82,7 @@ def test_spec_bundle_id_and_version():
 
 def test_launcher_runs_the_cli_and_keeps_the_hf_cache_alone():
     source = LAUNCHER.read_text(encoding="utf-8")
-    assert "from engine.cli import main" in source
+    assert "from app.cli import main" in source
     # Nothing in the launcher or the spec may point the Hugging Face cache into the bundle.
     for path in (LAUNCHER, SPEC):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.generate import GenerationSettings
-from engine.parity import run_parity
-from engine.prompts import encode_prompt
-from engine.session import load_pair
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import run_parity
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
 
 from conftest import PROMPTS
 
@@ -51,7 +51,7 @@ def test_sliding_drafter_prompt_longer_than_window(sliding_dirs):
 
 def test_divergence_is_located_with_margin(qwen3_pair):
     """A forced mismatch is located at the exact token with AR's margin there."""
-    from engine.parity import first_divergence, logit_margin
+    from engine.tools.parity import first_divergence, logit_margin
 
     assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
     assert first_divergence([1, 2], [1, 2, 5]) == 2

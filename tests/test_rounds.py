@@ -2,10 +2,11 @@
 
 import pytest
 
-from engine.events import RoundEvent, SummaryEvent, TextEvent
-from engine.generate import CancelToken, GenerationSettings, generate
-from engine.prompts import encode_prompt
-from engine.session import load_pair
+from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
+from engine.decode.decoder import CancelToken, generate
+from engine.decode.settings import GenerationSettings
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
 
 from conftest import PROMPTS
 from helpers import in_thread, run
@@ -97,7 +98,7 @@ def test_events_hold_plain_python_data(qwen3_pair):
             return all(plain(v) for v in value)
         return value is None or isinstance(value, (bool, int, float, str))
 
-    from engine.events import to_dict
+    from engine.decode.events import to_dict
 
     for event in generate(qwen3_pair, ids, GenerationSettings(max_tokens=20)):
         assert plain(to_dict(event)), event
@@ -147,7 +148,7 @@ def test_output_that_starts_with_a_space_keeps_it(models_root, tokenizer_dir):
     (an indented line after a prompt that ends in a newline)."""
     from tokenizers import Tokenizer
 
-    from engine import tiny_models as tm
+    from fixtures import tiny_models as tm
 
     tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     spaced = [i for i in tok.encode("x = 1 return value").ids if tok.decode([i]).startswith(" ")]

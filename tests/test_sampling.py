@@ -7,8 +7,10 @@ import pytest
 from scipy.stats import chi2_contingency, chisquare
 
 from engine.errors import SettingsError
-from engine.prompts import encode_prompt
-from engine.sampling import Sampler, SamplingSettings, log_probs
+from engine.decode.prompts import encode_prompt
+from engine.decode.acceptance import accept
+from engine.decode.sampling import Sampler, log_probs
+from engine.decode.settings import SamplingSettings
 
 from conftest import PROMPTS
 from helpers import run
@@ -26,7 +28,7 @@ def test_speculative_verify_gives_target_distribution():
     accepted_any = 0
     for _ in range(n):
         drafts, logq = sampler.draft(q_logits)
-        accepted, nxt = sampler.verify(p_logits, drafts, logq).tolist()
+        accepted, nxt = accept(sampler, p_logits, drafts, logq).tolist()
         first = drafts.tolist()[0] if accepted else nxt
         counts[first] += 1
         accepted_any += accepted
@@ -39,9 +41,9 @@ def test_speculative_verify_gives_target_distribution():
 def test_greedy_verify_accepts_matching_prefix():
     sampler = Sampler(SamplingSettings())
     logits = mx.array([[0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
-    assert sampler.verify(logits, mx.array([1, 2]), None).tolist() == [2, 0]
-    assert sampler.verify(logits, mx.array([1, 0]), None).tolist() == [1, 2]
-    assert sampler.verify(logits, mx.array([0, 2]), None).tolist() == [0, 1]
+    assert accept(sampler, logits, mx.array([1, 2]), None).tolist() == [2, 0]
+    assert accept(sampler, logits, mx.array([1, 0]), None).tolist() == [1, 2]
+    assert accept(sampler, logits, mx.array([0, 2]), None).tolist() == [0, 1]
 
 
 def test_filters_shape_the_distribution():

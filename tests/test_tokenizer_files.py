@@ -3,8 +3,8 @@
 import pytest
 from transformers import AutoTokenizer
 
-from engine.tiny_models import tokenizer_corpus
-from engine.tokenizer_files import train_bpe_tokenizer
+from fixtures.tiny_models import tokenizer_corpus
+from engine.models.tokenizer_files import train_bpe_tokenizer
 
 
 @pytest.mark.parametrize("split, consistent", [("qwen2", True), ("gpt2", False)])

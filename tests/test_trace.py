@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from engine.cli import main as cli
+from app.cli import main as cli
 from engine.errors import DFlashError
-from engine.events import RoundEvent
-from engine.generate import GenerationSettings, generate
-from engine.prompts import encode_prompt
-from engine.trace import SCHEMA, TraceWriter, read_trace
+from engine.decode.events import RoundEvent
+from engine.decode.decoder import generate
+from engine.decode.settings import GenerationSettings
+from engine.decode.prompts import encode_prompt
+from engine.tools.trace import SCHEMA, TraceWriter, read_trace
 
 from conftest import PROMPTS
 

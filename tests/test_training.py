@@ -7,15 +7,15 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.cli import main as cli
-from engine.drafter import DFlashDrafter
-from engine.drafter_config import parse_drafter_config
+from app.cli import main as cli
+from engine.models.drafter import DFlashDrafter
+from engine.models.drafter_config import parse_drafter_config
 from engine.errors import DFlashError
-from engine.generate import GenerationSettings
-from engine.parity import run_parity
-from engine.prompts import encode_prompt
-from engine.session import load_pair
-from engine.tiny_models import drafter_config_dict, tokenizer_corpus
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import run_parity
+from engine.decode.prompts import encode_prompt
+from engine.models.pair import load_pair
+from fixtures.tiny_models import drafter_config_dict, tokenizer_corpus
 from engine.training.data import read_texts, token_stream
 from engine.training.trainer import DrafterTrainer, TrainSettings
 
@@ -139,7 +139,7 @@ def test_trained_drafter_partial_accepts_stay_lossless(qwen3_tied_dirs, corpus_d
 
 
 def _ar_tokens(pair, prompt_ids, n):
-    from engine.generate import generate
+    from engine.decode.decoder import generate
 
     settings = GenerationSettings(mode="ar", max_tokens=n)
     return [t for e in generate(pair, prompt_ids, settings) if e.type == "text" for t in e.token_ids]
@@ -152,7 +152,7 @@ def _rows(stream, eos):
 
 @pytest.fixture(scope="module")
 def hybrid_target_pair(models_root, tokenizer_dir):
-    from engine.tiny_hybrid import write_hybrid_target
+    from fixtures.tiny_hybrid import write_hybrid_target
 
     target = models_root / "distill-hybrid-target"
     if not target.exists():

@@ -58,8 +58,8 @@ def _distilled(pair, tokens, out: Path, args: argparse.Namespace):
     """The training stream: continuations of --distill windows and/or of --distill-prompts, each cached."""
     import numpy as np
 
-    from engine.bench import load_prompts
-    from engine.prompts import encode_prompt
+    from engine.tools.bench import load_prompts
+    from engine.decode.prompts import encode_prompt
     from engine.training.distill import cached_continuations, cached_prompt_continuations
 
     parts = []
@@ -88,7 +88,7 @@ def _with_bar(total: int, make):
 def cmd_train_drafter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from engine.session import load_pair
+    from engine.models.pair import load_pair
     from engine.training.data import read_texts, token_stream
     from engine.training.trainer import CHECKPOINT_DIR, DrafterTrainer, TrainSettings
 

@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from engine.errors import DFlashError
-from engine.textfiles import jsonl_strings, read_text
+from engine.tools.textfiles import jsonl_strings, read_text
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".html", ".css", ".sh", ".toml"}
 

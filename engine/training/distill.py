@@ -19,7 +19,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from engine.errors import DFlashError
-from engine.session import LoadedPair
+from engine.models.pair import LoadedPair
 
 PROMPT_LENS = (8, 64)  # shortest and longest prompt cut from the data, in tokens
 DISTILL_BATCH = 128  # rows per batched decode: big enough for BLAS to pay, small enough for any target cache

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -22,11 +21,11 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from engine.drafter import DFlashDrafter
-from engine.drafter_config import DrafterConfig, default_target_layer_ids, parse_drafter_config
+from engine.models.drafter import DFlashDrafter
 from engine.errors import DFlashError
-from engine.session import LoadedPair
-from engine.target import install_taps
+from engine.models.drafter_config import DrafterConfig, default_target_layer_ids, flat_config, parse_drafter_config
+from engine.models.pair import LoadedPair
+from engine.models.taps import install_taps
 
 MASK_TOKEN_NAMES = ("<|mask|>", "<mask>", "<|MASK|>", "[MASK]")
 CHECKPOINT_DIR = "checkpoint"
@@ -64,7 +63,7 @@ def find_mask_token(tokenizer) -> int:
 
 
 def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict:
-    t = {**pair.target_config, **pair.target_config.get("text_config", {})}
+    t = flat_config(pair.target_config)
     layers = pair.head.num_layers
     taps = s.taps or default_target_layer_ids(layers, s.layers)
     bad = [i for i in taps if not 0 <= i < layers]
@@ -98,8 +97,8 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
 def _initial_drafter(pair: LoadedPair, s: TrainSettings, mask_id: int) -> tuple[TrainSettings, dict, DFlashDrafter]:
     """The --init drafter, checked against the target as `doctor` checks a pair; the settings
     take its architecture (layers, taps, block size, MLP width)."""
-    from engine.doctor import check_pair
-    from engine.drafter import load_drafter
+    from engine.models.doctor import check_pair
+    from engine.models.drafter import load_drafter
 
     report = check_pair(pair.target_path, s.init)
     if not report.ok:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402  (optimised BLAS before MLX)
 from code_prompts import definition_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
-from engine.session import load_pair  # noqa: E402
+from engine.models.pair import load_pair  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
 
@@ -77,7 +77,7 @@ def bench(target: str, drafter: str, max_tokens: int, repeats: int) -> dict:
     """The project's `bench` command in a fresh process with one BLAS thread (the decoding default;
     training's two threads would slow AR decoding and flatter the ratio)."""
     prompts = Path(__file__).resolve().parent / "eval_prompts.jsonl"
-    command = [sys.executable, "-m", "engine.cli", "bench", "--target", target, "--drafter", drafter,
+    command = [sys.executable, "-m", "engine.tools.cli", "bench", "--target", target, "--drafter", drafter,
                "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--repeats", str(repeats),
                "--block-size", "16", "--raw", "--json"]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
@@ -104,7 +104,7 @@ def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
 
 def distilled_definitions(pair, texts: list[str], cache: Path, count: int, args, seed: int):
     """The target's greedy continuations of `count` definition prompts from `texts`, cached."""
-    from engine.prompts import encode_prompt
+    from engine.decode.prompts import encode_prompt
     from engine.training.distill import cached_prompt_continuations
 
     prompts = [encode_prompt(pair.tokenizer, p, chat=False) for p in definition_prompts(texts, count, seed)]

@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 import build_demo_target as dense  # noqa: E402  (data, schedule, checkpoints, output: shared recipe)
-from engine.tokenizer_files import EOS_TOKEN, MASK_TOKEN  # noqa: E402
+from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -224,10 +224,10 @@ def bench_rollbacks(args) -> dict:
     """AR vs DFlash on eval_prompts.jsonl, once with tape replay and once with re-run."""
     from dataclasses import replace
 
-    from engine.bench import load_prompts, run_bench
-    from engine.generate import GenerationSettings
-    from engine.prompts import encode_prompt
-    from engine.session import load_pair
+    from engine.tools.bench import load_prompts, run_bench
+    from engine.decode.settings import GenerationSettings
+    from engine.decode.prompts import encode_prompt
+    from engine.models.pair import load_pair
 
     pair = load_pair(args.out, args.drafter_out)
     texts = load_prompts(HERE / "eval_prompts.jsonl")

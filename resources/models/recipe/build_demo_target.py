@@ -1,7 +1,7 @@
 """Build the demo *target*: a small Qwen3 trained on the Python standard library.
 
 Steps: collect the corpus (corpus.py), train a byte-level BPE tokenizer with an
-EOS and a mask token (engine.tokenizer_files), train a Qwen3 model from mlx-lm
+EOS and a mask token (engine.models.tokenizer_files), train a Qwen3 model from mlx-lm
 with next-token cross-entropy, then write a Hugging Face / mlx-lm folder
 (config.json, model.safetensors, tokenizer files, MODEL_CARD.md) and check that
 `mlx_lm.load` reads it back.
@@ -36,7 +36,7 @@ for p in (str(REPO), str(HERE)):
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
-from engine.tokenizer_files import EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
+from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402

@@ -9,12 +9,12 @@ from typing import Any, Callable, Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.doctor import check_pair
-from engine.drafter import DFlashDrafter, load_drafter
+from engine.models.doctor import check_pair
+from engine.models.drafter import DFlashDrafter, load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
-from engine.rollback import rollback_kind
-from engine.streams import STREAM
-from engine.target import TapRecorder, TargetHead, install_taps, load_target
+from engine.runtime.streams import STREAM
+from engine.models.taps import TapRecorder, install_taps
+from engine.models.target import TargetHead, load_target, rollback_kind
 
 ProgressFn = Callable[[str, float], None]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from engine.errors import DFlashError
-from engine.textfiles import read_text
-from engine.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
+from engine.tools.textfiles import read_text
+from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
 
 SCHEMA = "dflash-trace/1"
 
@@ -18,7 +18,8 @@ def environment() -> dict[str, Any]:
     import mlx.core as mx
     import mlx_lm
 
-    from engine import __version__, blas
+    from engine import __version__
+    from engine.runtime import blas
 
     return {
         "app_version": __version__,

@@ -1,4 +1,8 @@
-"""`dflash-playground`: generate, parity, bench, doctor, export (and the window with no subcommand)."""
+"""The engine's subcommands: generate, parity, bench, doctor, export, demo.
+
+The `dflash-playground` console script (app/cli.py) adds `train-drafter` and `gui` on top of
+these; `python -m engine.tools.cli` runs the engine's own commands without Qt.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import argparse
 import json
 import sys
 import traceback
-from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MODES, ROLLBACK_MODES
 from engine.errors import DFlashError
+
+SAMPLING = DEFAULTS.sampling
 
 EXIT_ERROR = 2
 
@@ -30,20 +36,36 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--raw", action="store_true", help="encode the prompt as plain text, as mlx-lm does")
     fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
     p.add_argument("--thinking", choices=["on", "off"], help="thinking mode, for chat templates that have one")
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--block-size", type=int, help="1..16 (default: the drafter's)")
+    _add_max_tokens(p)
+    _add_sampling_args(p, full=True)
+    _add_block_and_rollback(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--rollback", choices=["replay", "rerun"], default="replay",
-                   help="hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence (default: replay)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_max_tokens(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens,
+                   help=f"tokens to generate (default {DEFAULTS.max_tokens})")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, full: bool) -> None:
+    p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 (the default) is greedy")
+    if full:
+        p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
+        p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
+        p.add_argument("--min-p", type=float, default=SAMPLING.min_p)
+    p.add_argument("--seed", type=int, default=SAMPLING.seed)
+
+
+def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--block-size", type=int, help=f"1..{MAX_BLOCK} (default: the drafter's)")
+    p.add_argument("--rollback", choices=ROLLBACK_MODES, default=DEFAULTS.rollback,
+                   help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
+                        f"(default: {DEFAULTS.rollback})")
+
+
+def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.ArgumentParser:
+    """The engine's subcommands; `add_more(subparsers)` adds others (app/cli.py: train-drafter, gui)."""
     parser = argparse.ArgumentParser(
         prog="dflash-playground",
         description="DFlash block-diffusion speculative decoding on MLX. With no command, opens the window.",
@@ -54,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text, AR or DFlash")
     _add_run_args(g)
-    g.add_argument("--mode", choices=["dflash", "ar"], default="dflash")
+    g.add_argument("--mode", choices=MODES, default=DEFAULTS.mode)
     g.add_argument("--trace", help="write a dflash-trace/1 JSONL trace here")
 
     p = sub.add_parser("parity", help="AR then DFlash on the same prompt; are they identical?")
@@ -63,13 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
     _add_model_args(b)
     b.add_argument("--prompts", required=True, help='JSONL file, one {"prompt": ...} per line')
-    b.add_argument("--max-tokens", type=int, default=128)
+    _add_max_tokens(b)
     b.add_argument("--repeats", type=int, default=1)
-    b.add_argument("--block-size", type=int)
-    b.add_argument("--temperature", type=float, default=0.0)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--rollback", choices=["replay", "rerun"], default="replay",
-                   help="hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence (default: replay)")
+    _add_sampling_args(b, full=False)
+    _add_block_and_rollback(b)
     fmt = b.add_mutually_exclusive_group()
     fmt.add_argument("--raw", action="store_true")
     fmt.add_argument("--chat", action="store_true")
@@ -84,16 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--chrome", required=True, help="write Chrome trace JSON (Perfetto) here")
 
     m = sub.add_parser("demo", help="parity on the demo pair (a tiny pair is built if none is installed)")
-    m.add_argument("--max-tokens", type=int, default=64)
+    _add_max_tokens(m)
 
-    from engine.commands import register_extra_commands
-
-    register_extra_commands(sub)
+    if add_more is not None:
+        add_more(sub)
     return parser
 
 
 def _pair_args(args) -> tuple[str, Optional[str]]:
-    from engine.demo_models import demo_pair
+    from engine.models.demo import demo_pair
 
     target, drafter = args.target, getattr(args, "drafter", None)
     if target is None:
@@ -107,14 +125,14 @@ def _pair_args(args) -> tuple[str, Optional[str]]:
 
 
 def _settings(args, mode: str):
-    from engine.generate import GenerationSettings
-    from engine.sampling import SamplingSettings
+    from engine.decode.settings import GenerationSettings
+    from engine.decode.settings import SamplingSettings
 
     sampling = SamplingSettings(
         temperature=args.temperature,
-        top_p=getattr(args, "top_p", 1.0),
-        top_k=getattr(args, "top_k", 0),
-        min_p=getattr(args, "min_p", 0.0),
+        top_p=getattr(args, "top_p", SAMPLING.top_p),
+        top_k=getattr(args, "top_k", SAMPLING.top_k),
+        min_p=getattr(args, "min_p", SAMPLING.min_p),
         seed=args.seed,
     )
     return GenerationSettings(
@@ -123,7 +141,7 @@ def _settings(args, mode: str):
         block_size=args.block_size,
         sampling=sampling,
         stop_strings=tuple(getattr(args, "stop", ())),
-        rollback=getattr(args, "rollback", "replay"),
+        rollback=getattr(args, "rollback", DEFAULTS.rollback),
     )
 
 
@@ -132,8 +150,8 @@ def _chat_flag(args) -> Optional[bool]:
 
 
 def _prompt_ids(args, tokenizer) -> list[int]:
-    from engine.prompts import encode_prompt
-    from engine.textfiles import read_text
+    from engine.decode.prompts import encode_prompt
+    from engine.tools.textfiles import read_text
 
     if args.prompt_file:
         text = read_text(args.prompt_file, "the prompt file")
@@ -146,16 +164,16 @@ def _prompt_ids(args, tokenizer) -> list[int]:
 
 
 def _load(args, with_drafter: bool = True):
-    from engine.session import load_pair
+    from engine.models.pair import load_pair
 
     target, drafter = _pair_args(args)
     return load_pair(target, drafter if with_drafter else None)
 
 
 def cmd_generate(args) -> int:
-    from engine.events import SummaryEvent, TextEvent
-    from engine.generate import generate
-    from engine.trace import TraceWriter
+    from engine.decode.events import SummaryEvent, TextEvent
+    from engine.decode.decoder import generate
+    from engine.tools.trace import TraceWriter
 
     pair = _load(args, with_drafter=args.mode == "dflash")
     ids = _prompt_ids(args, pair.tokenizer)
@@ -207,7 +225,7 @@ def _print_parity(result, as_json: bool) -> None:
 
 
 def cmd_parity(args) -> int:
-    from engine.parity import run_parity
+    from engine.tools.parity import run_parity
 
     pair = _load(args)
     ids = _prompt_ids(args, pair.tokenizer)
@@ -216,8 +234,8 @@ def cmd_parity(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench import load_prompts, run_bench
-    from engine.prompts import encode_prompt
+    from engine.tools.bench import load_prompts, run_bench
+    from engine.decode.prompts import encode_prompt
 
     texts = load_prompts(args.prompts)
     pair = _load(args)
@@ -246,7 +264,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from engine.doctor import check_pair
+    from engine.models.doctor import check_pair
 
     target, drafter = _pair_args(args)
     report = check_pair(target, drafter)
@@ -255,7 +273,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from engine.trace import export_chrome
+    from engine.tools.trace import export_chrome
 
     n = export_chrome(args.trace, args.chrome)
     print(f"wrote {n} events to {args.chrome} (open it in https://ui.perfetto.dev)")
@@ -263,15 +281,18 @@ def cmd_export(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from engine.demo_models import SAMPLE_PROMPT, demo_pair
-    from engine.parity import run_parity
-    from engine.prompts import encode_prompt
-    from engine.session import load_pair
+    from engine.models.demo import SAMPLE_PROMPT, demo_pair, models_dir
+    from engine.tools.parity import run_parity
+    from engine.decode.prompts import encode_prompt
+    from engine.models.pair import load_pair
 
-    pair_dirs = demo_pair() or _tiny_demo_pair()
+    pair_dirs = demo_pair()
+    if pair_dirs is None:
+        raise DFlashError(f"the demo pair is not installed (looked in {models_dir()}); "
+                          "run `parity --target T --drafter D --prompt P` on a pair of your own.")
     pair = load_pair(*pair_dirs)
     ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
-    from engine.generate import GenerationSettings
+    from engine.decode.settings import GenerationSettings
 
     def show(event):
         if event.type == "round":
@@ -287,22 +308,6 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _tiny_demo_pair() -> tuple[Path, Path]:
-    """Until a trained demo pair is installed: a tiny random pair in the user cache."""
-    from platformdirs import user_cache_dir
-
-    from engine.tiny_models import write_drafter, write_target, write_tokenizer
-
-    root = Path(user_cache_dir("dflash-playground")) / "tiny-demo"
-    target, drafter = root / "target", root / "drafter"
-    if not (drafter / "model.safetensors").exists():
-        print(f"building a tiny random demo pair in {root} (no trained demo pair is installed)", file=sys.stderr)
-        write_tokenizer(root / "tokenizer")
-        write_target(target, root / "tokenizer")
-        write_drafter(drafter, target)
-    return target, drafter
-
-
 COMMANDS = {
     "generate": cmd_generate,
     "parity": cmd_parity,
@@ -313,15 +318,14 @@ COMMANDS = {
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from engine.commands import EXTRA_COMMANDS
-
-    handler = COMMANDS.get(args.command) or EXTRA_COMMANDS.get(args.command)
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                handlers: dict[str, Callable[[argparse.Namespace], int]]) -> int:
+    """Run the chosen handler; a DFlashError is one line and exit 2, a bug one line unless --debug."""
+    handler = handlers.get(args.command)
     try:
         if handler is None:
-            return EXTRA_COMMANDS["gui"](args) if "gui" in EXTRA_COMMANDS else (parser.print_help() or 0)
+            parser.print_help()
+            return 0
         return handler(args)
     except DFlashError as exc:
         if args.debug:
@@ -336,6 +340,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             traceback.print_exc()
         print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
         return EXIT_ERROR
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    return run_command(parser, parser.parse_args(argv), COMMANDS)
 
 
 if __name__ == "__main__":

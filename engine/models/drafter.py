@@ -17,8 +17,8 @@ from mlx_lm.models.activations import swiglu
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
-from engine.checkpoint import WEIGHTS_FILE, check_drafter_weights
-from engine.drafter_config import SLIDING, DrafterConfig, load_drafter_config
+from engine.models.checkpoint import WEIGHTS_FILE, check_drafter_weights
+from engine.models.drafter_config import SLIDING, DrafterConfig, load_drafter_config
 
 
 class ContextCache:

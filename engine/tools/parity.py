@@ -7,11 +7,12 @@ from typing import Callable, Optional
 
 import mlx.core as mx
 
-from engine.events import Event, SummaryEvent
-from engine.generate import CancelToken, GenerationSettings, generate, prefill
-from engine.session import LoadedPair
-from engine.target import make_target_cache
-from engine.streams import STREAM
+from engine.decode.events import Event, SummaryEvent
+from engine.decode.decoder import CancelToken, generate, prefill
+from engine.decode.settings import GenerationSettings
+from engine.models.pair import LoadedPair
+from engine.models.target import make_target_cache
+from engine.runtime.streams import STREAM
 
 
 def round_in_ar_steps(dflash_decode_s: float, rounds: int, ar_tok_s: float) -> Optional[float]:

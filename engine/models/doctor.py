@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import check_drafter_weights, read_tensor_shapes
-from engine.drafter_config import DrafterConfig, load_drafter_config, read_config_json
+from engine.models.checkpoint import check_drafter_weights, read_tensor_shapes
+from engine.models.drafter_config import DrafterConfig, flat_config, load_drafter_config, read_config_json
 from engine.errors import DFlashError
-from engine.model_paths import resolve_model_path
+from engine.models.paths import resolve_model_path
 
 
 @dataclass
@@ -29,7 +29,7 @@ class DoctorReport:
 
 
 def target_dims(config: dict[str, Any]) -> dict[str, Any]:
-    merged = {**config, **config.get("text_config", {})} if isinstance(config.get("text_config"), dict) else config
+    merged = flat_config(config)
     return {k: merged.get(k) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")}
 
 
@@ -104,14 +104,14 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
     if dims is not None:
-        from engine.hybrid import HYBRID_MODEL_TYPES, rollback_fact
+        from engine.models.gdn_tape import HYBRID_MODEL_TYPES, rollback_fact
 
         report.facts["rollback"] = rollback_fact(dims["model_type"])
         if dims["model_type"] in HYBRID_MODEL_TYPES:
             from kernels.gated_delta import kernel_status
 
             report.facts["gated_delta"] = kernel_status()
-    from engine import blas
+    from engine.runtime import blas
 
     report.facts["blas"] = blas.status
     report.ok = not report.problems

@@ -1,7 +1,7 @@
 """Rollback for hybrid targets (Qwen3.5 / Qwen3.6 / Qwen3-Next): GatedDeltaNet + attention.
 
 A recurrent state cannot be trimmed. During verify every GatedDeltaNet layer
-records a tape (engine/hybrid_gdn.py). After a partial accept of `accepted`
+records a tape (engine/decode/gdn_tape.py). After a partial accept of `accepted`
 drafts, each such layer gets back:
 - its conv state: the last K-1 rows of [conv state before the block; the first
   accepted + 1 projections], a slice of the recorded conv input;
@@ -19,21 +19,14 @@ Attention layers of the same model are trimmed as usual.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import ArraysCache
 
+from engine.decode.settings import ROLLBACK_MODES
 from engine.errors import DFlashError
-from engine.hybrid_gdn import GDNTape, gdn_layers, instrument
-from engine.rollback import ROLLBACK_STRATEGIES
+from engine.models.gdn_tape import GDNTape, gdn_layers, instrument
 from kernels import gated_delta_rerun, tape_replay
 
-ROLLBACK_MODES = ("replay", "rerun")
-
-# model_type values (top level and text_config) whose targets carry GatedDeltaNet layers.
-HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
 
 
 class HybridRollback:
@@ -74,26 +67,3 @@ class HybridRollback:
                 c[1] = gated_delta_rerun(tape.state, tape.k[:, :n], tape.v[:, :n], tape.g[:, :n], tape.beta[:, :n])
             restored += [c[0], c[1]]
         mx.eval(restored)  # inside the round's rollback time, not the next verify's
-
-
-def applies(model: nn.Module, cache: list) -> bool:
-    """A model with GatedDeltaNet layers whose other caches can all be trimmed."""
-    recurrent = {i for i, _ in gdn_layers(model)}
-    if not recurrent or len(cache) != len(getattr(model, "layers", [])):
-        return False
-    return all(isinstance(c, ArraysCache) if i in recurrent else c.is_trimmable() for i, c in enumerate(cache))
-
-
-def make_hybrid_rollback(model: nn.Module, cache: list, prefer: Optional[str] = None) -> HybridRollback:
-    return HybridRollback(model, cache, prefer or "replay")
-
-
-def rollback_fact(model_type: Optional[str]) -> str:
-    """What `doctor` says about a target's rollback, from its config's model_type."""
-    if model_type in HYBRID_MODEL_TYPES:
-        return "tape replay (GatedDeltaNet state; attention layers kv-trim)"
-    return "kv-trim (attention caches)"
-
-
-if (applies, make_hybrid_rollback) not in ROLLBACK_STRATEGIES:
-    ROLLBACK_STRATEGIES.append((applies, make_hybrid_rollback))

@@ -1,18 +1,20 @@
 """Undoing the rejected part of a verify block in the target's caches.
 
-Attention KV caches are trimmed. Recurrent layers cannot be trimmed; a rollback
-strategy for them registers itself in ROLLBACK_STRATEGIES (see engine/hybrid.py
-when present). The round loop only calls before_verify / after_verify.
+Attention KV caches are trimmed. Recurrent (GatedDeltaNet) layers cannot be trimmed:
+hybrid targets get engine/decode/hybrid_rollback.py (tape replay or re-run). The
+round loop only calls before_verify / after_verify.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import mlx.nn as nn
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from engine.decode.hybrid_rollback import HybridRollback
 from engine.errors import DFlashError
+from engine.models.gdn_tape import is_hybrid
 
 
 class KVTrimRollback:
@@ -32,26 +34,13 @@ class KVTrimRollback:
             trim_prompt_cache(self.cache, trim)
 
 
-# Strategies tried in order; each is (applies(model, cache) -> bool, factory).
-ROLLBACK_STRATEGIES: list[tuple[Callable[[nn.Module, list], bool], Callable]] = []
-
-
 def make_rollback(model: nn.Module, cache: list, prefer: Optional[str] = None):
-    for applies, factory in ROLLBACK_STRATEGIES:
-        if applies(model, cache):
-            return factory(model, cache, prefer)
+    """The rollback this target's caches need: hybrid (GatedDeltaNet) or plain KV trim."""
+    if is_hybrid(model, cache):
+        return HybridRollback(model, cache, prefer or "replay")
     if not can_trim_prompt_cache(cache):
         raise DFlashError(
             f"target model type '{getattr(model, 'model_type', type(model).__name__)}' keeps caches that "
             "cannot be rolled back after a partial accept; DFlash cannot run it losslessly."
         )
     return KVTrimRollback(model, cache)
-
-
-def rollback_kind(model: nn.Module) -> str:
-    from engine.target import make_target_cache
-
-    return make_rollback(model, make_target_cache(model)).kind
-
-
-import engine.hybrid  # noqa: E402,F401  (registers the GatedDeltaNet strategies: tape replay, rerun)

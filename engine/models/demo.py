@@ -23,7 +23,7 @@ def models_dir() -> Path:
     frozen = getattr(sys, "_MEIPASS", None)
     if frozen:
         return Path(frozen) / "resources" / "models"
-    return Path(__file__).resolve().parent.parent / "resources" / "models"
+    return Path(__file__).resolve().parents[2] / "resources" / "models"
 
 
 def _installed(name: str) -> Optional[Path]:

@@ -17,7 +17,7 @@ def looks_like_hf_id(name: str) -> bool:
 def resolve_model_path(name: str | Path, download: bool = True) -> Path:
     """A local folder as is; a bundled demo model by name; otherwise the Hugging Face cache,
     then (if allowed) a download."""
-    from engine.demo_models import bundled_model
+    from engine.models.demo import bundled_model
 
     path = Path(name).expanduser()
     if path.exists():

@@ -7,13 +7,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from engine import blas
+from engine.runtime import blas
 from engine.errors import DFlashError
-from engine.events import RoundEvent, SummaryEvent
-from engine.generate import CancelToken, GenerationSettings, generate
-from engine.parity import round_in_ar_steps
-from engine.session import LoadedPair
-from engine.textfiles import jsonl_strings
+from engine.decode.events import RoundEvent, SummaryEvent
+from engine.decode.stats import RoundStats
+from engine.decode.decoder import CancelToken, generate
+from engine.decode.settings import GenerationSettings
+from engine.tools.parity import round_in_ar_steps
+from engine.models.pair import LoadedPair
+from engine.tools.textfiles import jsonl_strings
 
 
 def load_prompts(path: str | Path) -> list[str]:
@@ -39,7 +41,7 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
-    from engine.streams import STREAM
+    from engine.runtime.streams import STREAM
 
     if pair.taps is not None:
         pair.taps.recording = False
@@ -50,36 +52,22 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     return float(last.generation_tps)
 
 
-def _mean(values: list[float]) -> Optional[float]:
-    return round(statistics.fmean(values), 4) if values else None
-
-
-def _acceptance_by_position(drafting: list[RoundEvent]) -> list[float]:
-    """Per block position k = 1..: the share of rounds that drafted position k and had it accepted."""
-    width = max((len(r.drafted) for r in drafting), default=0)
-    shares = []
-    for k in range(width):
-        offered = [r for r in drafting if len(r.drafted) > k]
-        shares.append(round(sum(r.accepted > k for r in offered) / len(offered), 4))
-    return shares
-
-
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
     df_decode_s = sum(s.decode_s for s in df)
     df_tok_s = sum(s.num_generated for s in df) / max(df_decode_s, 1e-9)
-    drafting = [r for r in rounds if r.drafted]
+    stats = RoundStats.of(rounds)
     return {
         "ar_tok_s": round(ar_tok_s, 3),
         "dflash_tok_s": round(df_tok_s, 3),
         "speedup": round(df_tok_s / ar_tok_s, 4) if ar_tok_s else None,
-        "mean_acceptance_length": _mean([r.accepted + 1 for r in drafting]),
-        "draft_ms": _mean([r.draft_ms for r in rounds]),
-        "verify_ms": _mean([r.verify_ms for r in rounds]),
-        "rollback_ms": _mean([r.rollback_ms for r in rounds]),
+        "mean_acceptance_length": stats.tau,
+        "draft_ms": stats.mean_draft_ms,
+        "verify_ms": stats.mean_verify_ms,
+        "rollback_ms": stats.mean_rollback_ms,
         "round_ms": round(1000 * df_decode_s / len(rounds), 4) if rounds else None,
         "round_in_ar_steps": round_in_ar_steps(df_decode_s, len(rounds), ar_tok_s),
-        "acceptance_by_position": _acceptance_by_position(drafting),
+        "acceptance_by_position": stats.per_position_acceptance,
         "identical": all(a.token_ids == d.token_ids for a, d in zip(ar, df)),
         "ar_tokens": sum(s.num_generated for s in ar),
         "dflash_tokens": sum(s.num_generated for s in df),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.drafter_config import DrafterConfig
+from engine.models.drafter_config import DrafterConfig
 from engine.errors import CheckpointError
 
 WEIGHTS_FILE = "model.safetensors"

@@ -74,6 +74,12 @@ def read_config_json(folder: Path) -> dict[str, Any]:
     return data
 
 
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A model config with its `text_config` (multimodal wrappers such as qwen3_5) merged on top."""
+    text = config.get("text_config")
+    return {**config, **text} if isinstance(text, dict) else dict(config)
+
+
 def _field(raw: dict, path: Path, name: str, kind: type, *sources: dict) -> Any:
     for source in sources or (raw,):
         if name in source and source[name] is not None:

@@ -1,7 +1,7 @@
 """GatedDeltaNet layers that can record a tape: mlx-lm's qwen3_5 and qwen3_next mixers.
 
 Each GatedDeltaNet mixer instance gets its class swapped for a subclass (the
-technique engine/target.py uses for taps; mlx-lm's files are not edited and
+technique engine/models/taps.py uses for taps, engine/models/layer_swap.py; mlx-lm's files are not edited and
 weights keep their names). The subclass runs the same layer, with the
 recurrence going through `kernels.gated_delta_tape`, so single steps (AR
 decoding, prefill) and multi-step verify blocks share one implementation and
@@ -20,15 +20,20 @@ from typing import Any, Iterator, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.cache import ArraysCache
 from mlx_lm.models.gated_delta import compute_g, normalize_qk
 from mlx_lm.models.qwen3_5 import GatedDeltaNet as Qwen35GatedDeltaNet
 from mlx_lm.models.qwen3_next import Qwen3NextGatedDeltaNet
 
+from engine.models.layer_swap import is_swapped, swap, unswap
 from kernels import gated_delta_tape
 
 GDN_CLASSES: tuple[type, ...] = (Qwen35GatedDeltaNet, Qwen3NextGatedDeltaNet)
 
-_TAPED_CLASSES: dict[type, type] = {}
+KIND = "Taped"
+
+# model_type values (top level and text_config) whose targets carry GatedDeltaNet layers.
+HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
 
 
 @dataclass
@@ -114,16 +119,13 @@ def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
     )
 
 
-def _taped_class(cls: type) -> type:
-    if cls not in _TAPED_CLASSES:
+def _taped_call(cls: type):
+    def __call__(self, inputs, mask=None, cache=None):
+        if not _covered(self, mask, cache):
+            return cls.__call__(self, inputs, mask, cache)
+        return taped_forward(self, inputs, cache)
 
-        def __call__(self, inputs, mask=None, cache=None):
-            if not _covered(self, mask, cache):
-                return cls.__call__(self, inputs, mask, cache)
-            return taped_forward(self, inputs, cache)
-
-        _TAPED_CLASSES[cls] = type(f"Taped{cls.__name__}", (cls,), {"__call__": __call__})
-    return _TAPED_CLASSES[cls]
+    return __call__
 
 
 def gdn_layers(model: nn.Module) -> Iterator[tuple[int, nn.Module]]:
@@ -141,17 +143,30 @@ def instrument(model: nn.Module) -> int:
     """Swap every GatedDeltaNet mixer's class for its taped subclass (idempotent); how many."""
     n = 0
     for _, mixer in gdn_layers(model):
-        if type(mixer) not in _TAPED_CLASSES.values():
-            mixer.__class__ = _taped_class(type(mixer))
+        swap(mixer, KIND, _taped_call)
         n += 1
     return n
 
 
 def uninstrument(model: nn.Module) -> None:
     for _, mixer in gdn_layers(model):
-        if type(mixer) in _TAPED_CLASSES.values():
-            mixer.__class__ = type(mixer).__mro__[1]
+        unswap(mixer, KIND)
 
 
 def is_instrumented(mixer: nn.Module) -> bool:
-    return type(mixer) in _TAPED_CLASSES.values()
+    return is_swapped(mixer, KIND)
+
+
+def is_hybrid(model: nn.Module, cache: list) -> bool:
+    """A model with GatedDeltaNet layers whose other caches can all be trimmed."""
+    recurrent = {i for i, _ in gdn_layers(model)}
+    if not recurrent or len(cache) != len(getattr(model, "layers", [])):
+        return False
+    return all(isinstance(c, ArraysCache) if i in recurrent else c.is_trimmable() for i, c in enumerate(cache))
+
+
+def rollback_fact(model_type: Optional[str]) -> str:
+    """What `doctor` says about a target's rollback, from its config's model_type."""
+    if model_type in HYBRID_MODEL_TYPES:
+        return "tape replay (GatedDeltaNet state; attention layers kv-trim)"
+    return "kv-trim (attention caches)"

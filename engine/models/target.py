@@ -1,9 +1,4 @@
-"""The target model: loading through mlx-lm, layer taps, and the pieces the drafter borrows.
-
-Taps are captured by swapping each tapped decoder layer's class for a subclass
-that stores its output when recording is on. No mlx-lm file is edited, weights
-keep their names, and with recording off the cost is one attribute check.
-"""
+"""The target model: loading through mlx-lm, its caches, and the pieces the drafter borrows."""
 
 from __future__ import annotations
 
@@ -14,38 +9,10 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.errors import CheckpointError
-
-_TAPPED_CLASSES: dict[type, type] = {}
+from engine.models.drafter_config import flat_config
 
 # Families whose decoder multiplies token embeddings by sqrt(hidden_size).
 SCALED_EMBEDDING_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "recurrent_gemma"}
-
-
-class TapRecorder:
-    """Holds the outputs of the tapped layers from the last forward pass."""
-
-    def __init__(self, layer_ids: list[int]):
-        self.layer_ids = list(layer_ids)
-        self.recording = False
-        self.outputs: dict[int, mx.array] = {}
-
-    def concatenated(self) -> mx.array:
-        """(B, L, n_taps * H): taps in the order the drafter's fc expects."""
-        return mx.concatenate([self.outputs[i] for i in self.layer_ids], axis=-1)
-
-
-def _tapped_class(cls: type) -> type:
-    if cls not in _TAPPED_CLASSES:
-
-        def __call__(self, *args, **kwargs):
-            out = cls.__call__(self, *args, **kwargs)
-            recorder, index = self.__dict__["_dflash_tap"]
-            if recorder.recording:
-                recorder.outputs[index] = out[0] if isinstance(out, tuple) else out
-            return out
-
-        _TAPPED_CLASSES[cls] = type(f"Tapped{cls.__name__}", (cls,), {"__call__": __call__})
-    return _TAPPED_CLASSES[cls]
 
 
 def decoder_layers(model: nn.Module) -> list:
@@ -56,27 +23,6 @@ def decoder_layers(model: nn.Module) -> list:
             "its decoder layer list, so its hidden states cannot be tapped."
         )
     return layers
-
-
-def install_taps(model: nn.Module, layer_ids: list[int]) -> TapRecorder:
-    layers = decoder_layers(model)
-    recorder = TapRecorder(layer_ids)
-    for i in layer_ids:
-        layer = layers[i]
-        base = type(layer)
-        if base in _TAPPED_CLASSES.values():  # already tapped by an earlier pair
-            base = base.__mro__[1]
-        # object.__setattr__: nn.Module would otherwise store the tuple as a child.
-        object.__setattr__(layer, "_dflash_tap", (recorder, i))
-        layer.__class__ = _tapped_class(base)
-    return recorder
-
-
-def remove_taps(model: nn.Module) -> None:
-    for layer in decoder_layers(model):
-        if type(layer) in _TAPPED_CLASSES.values():
-            layer.__class__ = type(layer).__mro__[1]
-            layer.__dict__.pop("_dflash_tap", None)
 
 
 def make_target_cache(model: nn.Module) -> list:
@@ -92,6 +38,19 @@ def make_target_cache(model: nn.Module) -> list:
     return [KVCache() if isinstance(c, RotatingKVCache) else c for c in make_prompt_cache(model)]
 
 
+def rollback_kind(model: nn.Module) -> str:
+    """How a partial accept is undone in this target's caches, by default: "tape-replay" for
+    hybrid (GatedDeltaNet) targets, "kv-trim" for attention-only ones, "none" where neither works."""
+    from mlx_lm.models.cache import can_trim_prompt_cache
+
+    from engine.models.gdn_tape import is_hybrid
+
+    cache = make_target_cache(model)
+    if is_hybrid(model, cache):
+        return "tape-replay"
+    return "kv-trim" if can_trim_prompt_cache(cache) else "none"
+
+
 def _find_module(model: nn.Module, suffix: str) -> Optional[nn.Module]:
     for name, module in model.named_modules():
         if name == suffix or name.endswith("." + suffix):
@@ -102,11 +61,7 @@ def _find_module(model: nn.Module, suffix: str) -> Optional[nn.Module]:
 def model_args(model: nn.Module) -> dict[str, Any]:
     """The model's args as a flat dict (text_config merged in for multimodal wrappers)."""
     args = getattr(model, "args", None)
-    out = dict(vars(args)) if args is not None else {}
-    text = out.get("text_config")
-    if isinstance(text, dict):
-        out = {**out, **text}
-    return out
+    return flat_config(dict(vars(args)) if args is not None else {})
 
 
 class TargetHead:

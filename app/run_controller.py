@@ -1,0 +1,217 @@
+"""The run controller: submits jobs to the worker, drains its messages, and dispatches them by type.
+
+The worker puts messages on a queue. The controller drains it when a refresh is due
+(a single-shot timer paced by `Throttle`, so watching costs the GUI thread ~1.5% of a
+core) and at once when the worker signals that a job ended; draining updates the run
+records (plain Python), then the window's views repaint from them. It knows the views
+by name (the window passes itself) but holds no layout and no dialogs of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine.decode.decoder import CancelToken
+from engine.decode.events import StartEvent
+from app.jobs import (
+    EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
+    RunFailed, RunJob,
+)
+from app.run_record import RunRecord
+from app.throttle import Throttle
+from app.worker import WorkerHost
+
+FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
+REFRESH_MIN_S = 0.1  # views refresh at most this often...
+REFRESH_BUDGET = 0.015  # ...and slower when the GUI thread would use more than 1.5% of wall time
+PLOT_MIN_S = 1.0  # plots (the costliest repaint) at most this often, and every other refresh
+
+
+class RunController(QObject):
+    # Emitted after the drain that handled the worker's JobDone, so views already hold everything.
+    job_finished = Signal(str)
+    run_finished = Signal()
+    load_finished = Signal(bool)
+
+    def __init__(self, window):  # app.window.MainWindow: its views are what the controller updates
+        super().__init__(window)
+        self.w = window
+        self.host = WorkerHost(window)
+        self.loaded: Optional[PairInfo] = None
+        self.runs: dict[str, RunRecord] = {}
+        self.current_run: Optional[RunRecord] = None  # shown in Output
+        self.rounds_run: Optional[RunRecord] = None  # shown in Rounds and the round plots
+        self.parity: Optional[ParityDone] = None
+        self.replaying: Optional[Path] = None
+        self.job_mode: Optional[str] = None  # mode of the last run submitted
+        self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
+        self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET)
+        self._last_plot = 0.0
+        self._dirty = False
+        self.timer = QTimer(self, singleShot=True)
+        self.timer.timeout.connect(self.tick)
+        self.host.worker.job_done.connect(self.tick)  # queued: the last events, without waiting
+
+    @property
+    def busy(self) -> bool:
+        return self.active is not None
+
+    # ---- submitting ------------------------------------------------------------------------
+
+    def _submit(self, job: Any) -> None:
+        job_id = self.host.submit(job)
+        self.active = (job_id, job)
+        self.w.prompt.set_running(True)
+        self.w.models.load_button.setEnabled(False)
+        self._last_plot = time.perf_counter()  # nothing to plot yet: the first refresh skips the plots
+        self.timer.start(FIRST_REFRESH_MS)
+
+    def start_load(self, target: str, drafter: Optional[str]) -> None:
+        self.w.models.set_loading(True)
+        self.w.models.status.setText("loading…")
+        self._submit(LoadJob(target, drafter))
+
+    def start_run(self, target: str, drafter: Optional[str]) -> None:
+        """Run the prompt with the current settings, loading the chosen pair first if it changed."""
+        prompt = self.w.prompt
+        cancel = CancelToken()
+        load = None
+        if self.loaded is None or (self.loaded.target, self.loaded.drafter) != (target, drafter):
+            load = LoadJob(target, drafter, cancel=cancel)
+            self.w.models.set_loading(True)
+        job = RunJob(prompt.prompt(), prompt.chat_flag(), prompt.thinking_flag(), prompt.mode(),
+                     prompt.settings(), load=load, cancel=cancel)
+        self.clear_runs()
+        self.job_mode = job.mode
+        self.w.statusBar().showMessage("running…")
+        self._submit(job)
+
+    def stop(self) -> None:
+        """Cancel the job in progress: a run stops within one round, a load between stages."""
+        if self.active is not None:
+            self.active[1].cancel.cancel()
+            self.w.statusBar().showMessage("stopping…")
+
+    def clear_runs(self) -> None:
+        self.runs = {}
+        self.current_run = None
+        self.rounds_run = None
+        self.parity = None
+        self.replaying = None
+        self.w.clear_run_views()
+
+    def show_replay(self, run: RunRecord, path: Path) -> None:
+        """A run read from a trace, shown like a finished one."""
+        self.clear_runs()
+        self.job_mode = None
+        self.replaying = path
+        self.runs = {run.mode: run}
+        self.current_run = run
+        self.rounds_run = run if run.rounds else None
+        self.w.output.set_run(run)
+        self.w.rounds.set_run(self.rounds_run)
+        self.w.plots.update_runs(self.runs, self.rounds_run)
+        self.w.update_status()
+
+    # ---- draining the worker ---------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Drain the worker's queue, refresh the views, and schedule the next refresh."""
+        done = []
+        for msg in self.host.take():
+            if isinstance(msg, JobDone):
+                done.append(msg)
+            else:
+                self.handle(msg)
+        if done or (self._dirty and self._throttle.due()):
+            self._refresh_views(final=bool(done))
+        for msg in done:
+            self._job_done(msg)
+        if self.host.busy or self._dirty:  # poll no faster than FIRST_REFRESH_MS while waiting
+            wait = max(self._throttle.next_at - time.perf_counter(), FIRST_REFRESH_MS / 1000)
+            self.timer.start(int(wait * 1000))
+        else:
+            self.timer.stop()
+
+    def handle(self, msg: Any) -> None:
+        """One worker message, dispatched by type."""
+        w = self.w
+        if isinstance(msg, EngineEvent):
+            self._engine_event(msg)
+        elif isinstance(msg, LoadProgress):
+            w.models.set_progress(msg.stage, msg.frac)
+        elif isinstance(msg, Loaded):
+            self.loaded = msg.info
+            w.pair_loaded(msg.info)
+        elif isinstance(msg, LoadFailed):
+            self.loaded = None  # the worker let go of the old pair before trying the new one
+            w.pair_failed(msg.message, msg.cancelled)
+        elif isinstance(msg, ParityDone):
+            self.parity = msg
+            self._dirty = True
+        elif isinstance(msg, RunFailed):
+            w.show_error("The run failed", msg.message)
+
+    def _engine_event(self, msg: EngineEvent) -> None:
+        if isinstance(msg.event, StartEvent):
+            table = self.loaded.token_table if self.loaded else None
+            run = RunRecord(msg.event, msg.header, table)
+            self.runs[msg.label] = run
+            self.current_run = run
+            self.w.output.set_run(run)
+            if msg.label == "dflash":
+                self.rounds_run = run
+                self.w.rounds.set_run(run)
+        else:
+            run = self.runs.get(msg.label)
+            if run is not None:
+                run.add(msg.event)
+        self._dirty = True
+
+    def _refresh_views(self, final: bool = False) -> None:
+        w = self.w
+        self._throttle.started()
+        w.output.refresh()
+        w.rounds.refresh()
+        if self.job_mode == "both":
+            w.parity_view.show_runs(self.runs.get("ar"), self.runs.get("dflash"))
+        w.update_status()
+        now = time.perf_counter()
+        if final or now - self._last_plot >= max(PLOT_MIN_S, 2 * self._throttle.last_gap):
+            self._last_plot = now
+            w.plots.update_runs(self.runs, self.rounds_run)
+            self._dirty = False
+        if final:
+            self._dirty = False
+            if self.parity is not None and "ar" in self.runs and "dflash" in self.runs:
+                w.show_parity(self.parity, self.runs["ar"], self.runs["dflash"])
+
+    def _job_done(self, msg: JobDone) -> None:
+        w = self.w
+        if self.active is not None and self.active[0] == msg.job_id:
+            self.active = None
+        w.prompt.set_running(False)
+        w.models.set_loading(False)
+        w.models.load_button.setEnabled(True)
+        if msg.kind == "run":
+            run = self.current_run
+            if run is not None and run.summary is not None:
+                s = run.summary
+                w.statusBar().showMessage(
+                    f"{s.mode}: {s.num_generated} tokens, {s.tok_per_s:.1f} tok/s, stop: {s.stop_reason}")
+            elif msg.cancelled:
+                w.statusBar().showMessage("stopped")
+            self.job_finished.emit(msg.kind)
+            self.run_finished.emit()
+        elif msg.kind == "load":
+            self.job_finished.emit(msg.kind)
+            self.load_finished.emit(msg.ok)
+
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self.host.shutdown()
+        self.host.take()

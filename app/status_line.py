@@ -1,0 +1,48 @@
+"""The status bar's figures for the runs on show: tok/s (AR vs DFlash in Both mode), tau,
+rounds, tokens, device and peak memory."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from app.run_record import RunRecord
+
+NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
+
+
+class StatusLine:
+    def __init__(self, bar: QStatusBar):
+        self.labels: dict[str, QLabel] = {}
+        for key in NAMES:
+            label = QLabel(f"{key}: –")
+            bar.addPermanentWidget(label)
+            self.labels[key] = label
+
+    def show_device(self, device: str) -> None:
+        self.labels["device"].setText(f"device: {device}")
+
+    def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
+                  rounds_run: Optional[RunRecord]) -> None:
+        labels = self.labels
+        run = rounds_run or current
+        if run is None:
+            for key, name in NAMES.items():
+                if key != "device":
+                    labels[key].setText(f"{name}: –")
+            return
+        shown = current or run
+        ar, df = runs.get("ar"), runs.get("dflash")
+        if ar is not None and df is not None and ar.tok_per_s and df.tok_per_s:
+            labels["tok/s"].setText(f"tok/s: AR {ar.tok_per_s:.1f} · DFlash {df.tok_per_s:.1f} "
+                                    f"(×{df.tok_per_s / ar.tok_per_s:.2f})")
+        else:
+            tps = shown.tok_per_s
+            labels["tok/s"].setText(f"{shown.mode} tok/s: {tps:.1f}" if tps is not None else "tok/s: –")
+        tau = run.tau
+        labels["tau"].setText(f"τ: {tau:.2f}" if tau is not None else "τ: –")
+        labels["rounds"].setText(f"rounds: {len(run.rounds)}")
+        labels["tokens"].setText(f"tokens: {len(shown.tokens)}")
+        peak = shown.summary.peak_memory_mb if shown.summary else None
+        labels["peak"].setText(f"peak: {peak:.0f} MB" if peak is not None else "peak: –")

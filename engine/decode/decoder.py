@@ -1,0 +1,257 @@
+"""One generation run as a stream of events: plain AR decoding or DFlash rounds.
+
+`Decoder` holds everything a run touches (the pair, the target's and the drafter's
+caches, the sampler, the rollback, the taps and the output) and `DFlashDecoder.round()`
+reads top to bottom: draft a block, verify it, decide acceptance
+(engine/decode/acceptance.py), roll back the rejected part, commit.
+`generate()` is the entry point every tool uses.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator, Optional
+
+import mlx.core as mx
+
+from engine.decode.acceptance import accept
+from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.output import OutputTracker
+from engine.decode.rollback import make_rollback
+from engine.decode.sampling import Sampler
+from engine.decode.settings import GenerationSettings
+from engine.decode.stats import RoundStats
+from engine.errors import SettingsError
+from engine.models.pair import LoadedPair
+from engine.models.target import make_target_cache
+from engine.runtime.streams import STREAM
+
+PREFILL_STEP = 2048
+
+
+class CancelToken:
+    """Set from any thread; generation checks it once per round and then summarises."""
+
+    def __init__(self):
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+def _ms(t0: float, t1: float) -> float:
+    return round((t1 - t0) * 1000.0, 4)
+
+
+def prefill(pair: LoadedPair, cache: list, prompt_ids: list[int], record_taps: bool):
+    """Run the prompt through the target; (last-position logits, taps (1, n, k*H) or None)."""
+    chunks = []
+    logits = None
+    ids = mx.array(prompt_ids)
+    for start in range(0, len(prompt_ids), PREFILL_STEP):
+        if record_taps:
+            with pair.taps.capture():
+                logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)
+            chunks.append(pair.taps.concatenated())
+        else:
+            logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)
+        mx.eval([c.state for c in cache] + chunks[-1:])
+    context = mx.concatenate(chunks, axis=1) if len(chunks) > 1 else (chunks[0] if chunks else None)
+    return logits[0, -1], context
+
+
+class Decoder:
+    """Plain autoregressive decoding, and the run's shared state: caches, sampler, output, stats."""
+
+    mode = "ar"
+
+    def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
+                 cancel: Optional[CancelToken] = None):
+        self.pair = pair
+        self.prompt_ids = list(prompt_ids)
+        self.settings = settings
+        self.cancel = cancel or CancelToken()
+        self.sampler = Sampler(settings.sampling)
+        self.out = OutputTracker(pair.tokenizer, settings.max_tokens, settings.stop_strings)
+        self.cache = make_target_cache(pair.target)
+        self.stats = RoundStats()
+        self.t_first = 0.0
+
+    @property
+    def block(self) -> int:
+        return 1
+
+    def events(self) -> Iterator[Event]:
+        """A StartEvent, the first token from prefill, the decode loop's events, a SummaryEvent."""
+        s = self.settings
+        yield StartEvent(s.mode, s.to_dict(), self.pair.facts(), list(self.prompt_ids))
+        mx.reset_peak_memory()
+        t_start = time.perf_counter()
+        last_logits, context = prefill(self.pair, self.cache, self.prompt_ids, record_taps=self.block > 1)
+        y = self.sampler.sample(last_logits)
+        first = int(y.item())
+        self.t_first = time.perf_counter()
+        stop = self.out.add(first)
+        yield TextEvent(self.out.take_delta(), [first], None, 0.0)  # sampled from prefill
+        if not stop:
+            yield from self.decode(y, context)
+        t_end = time.perf_counter()
+        self.out.finish()
+        tail = self.out.take_delta()
+        if tail:
+            yield TextEvent(tail, [], None, t_end - self.t_first)
+        if self.cancel.cancelled and self.out.stop_reason is None:
+            self.out.stop_reason = "cancelled"
+        yield self.summary(t_start, t_end)
+
+    def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
+        """Pipelined like mlx-lm's generate_step: step n+1 is queued before token n is read."""
+        model, cache, out = self.pair.target, self.cache, self.out
+
+        def step(token: mx.array) -> mx.array:
+            nxt = self.sampler.sample(model(token.reshape(1, 1), cache=cache)[0, -1])
+            mx.async_eval(nxt)
+            return nxt
+
+        y = step(y)
+        while not self.cancel.cancelled:
+            nxt = step(y) if out.remaining > 1 else None
+            token = int(y.item())
+            stop = out.add(token)
+            yield TextEvent(out.take_delta(), [token], None, time.perf_counter() - self.t_first)
+            if stop:
+                return
+            y = nxt
+
+    def summary(self, t_start: float, t_end: float) -> SummaryEvent:
+        out, stats, block = self.out, self.stats, self.block
+        decode_s = t_end - self.t_first
+        n = len(out.tokens)
+        return SummaryEvent(
+            mode=self.mode,
+            token_ids=list(out.tokens),
+            text=out.text,
+            num_generated=n,
+            prompt_tokens=len(self.prompt_ids),
+            prefill_s=round(self.t_first - t_start, 6),
+            decode_s=round(decode_s, 6),
+            tok_per_s=round(n / decode_s, 3) if decode_s > 0 else 0.0,
+            num_rounds=stats.rounds,
+            mean_acceptance_length=stats.tau,
+            acceptance_histogram=stats.histogram_of(block) if self.mode == "dflash" else [],
+            per_position_acceptance=(stats.per_position_acceptance + [0.0] * block)[: max(block - 1, 0)],
+            mean_draft_ms=stats.mean_draft_ms,
+            mean_verify_ms=stats.mean_verify_ms,
+            mean_rollback_ms=stats.mean_rollback_ms,
+            stop_reason=out.stop_reason or "max_tokens",
+            peak_memory_mb=round(mx.get_peak_memory() / 1e6, 2),
+        )
+
+
+class DFlashDecoder(Decoder):
+    """Block-diffusion speculative decoding: the drafter drafts a block, the target verifies it."""
+
+    mode = "dflash"
+
+    def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
+                 cancel: Optional[CancelToken] = None):
+        super().__init__(pair, prompt_ids, settings=settings, cancel=cancel)
+        self.drafter, self.head, self.taps = pair.drafter, pair.head, pair.taps
+        self.drafter_cache = pair.drafter.make_cache()
+        self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
+        self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
+        self.position = len(self.prompt_ids)  # absolute position of the next anchor
+
+    @property
+    def block(self) -> int:
+        return self.settings.block_size
+
+    def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
+        self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)
+        if context is not None:
+            self.pending.append(context)
+        anchor, index = int(y.item()), 0
+        while not self.cancel.cancelled:
+            event = self.round(index, anchor)
+            self.stats.add(event)
+            yield event
+            yield TextEvent(self.out.take_delta(), event.committed, index, event.t)
+            if self.out.stop_reason is not None:
+                return
+            anchor = event.bonus
+            self.position += event.accepted + 1
+            index += 1
+
+    def round(self, index: int, anchor: int) -> RoundEvent:
+        """One round: draft, verify, accept, roll back, commit."""
+        length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
+        t0 = time.perf_counter()
+        drafts, logq = self.draft(anchor, length)
+        t1 = time.perf_counter()
+
+        verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
+        self.rollback.before_verify()
+        with self.taps.capture(self.block > 1):
+            logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
+        result = accept(self.sampler, logits, drafts, logq)
+        new_taps = self.taps.concatenated() if self.block > 1 else None
+        mx.eval(result, new_taps)
+        accepted, bonus = result.tolist()
+        t2 = time.perf_counter()
+
+        self.rollback.after_verify(accepted, length)
+        if new_taps is not None:
+            self.pending.append(new_taps[:, : accepted + 1])
+        t3 = time.perf_counter()
+
+        drafted = drafts.tolist()
+        committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
+        return RoundEvent(
+            index=index,
+            position=self.position,
+            anchor=anchor,
+            drafted=drafted,
+            accepted=accepted,
+            bonus=bonus,
+            bonus_kind="bonus" if accepted == len(drafted) else "correction",
+            committed=committed,
+            draft_ms=_ms(t0, t1),
+            verify_ms=_ms(t1, t2),
+            rollback_ms=_ms(t2, t3),
+            t=t3 - self.t_first,
+            generated=len(self.out.tokens),
+        )
+
+    def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array]]:
+        """The block's drafts d1..d_{length-1} (and, at T > 0, the drafter's log-probs of them)."""
+        if length <= 1:
+            return mx.array([], dtype=mx.int32), None
+        ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
+        pending = self.pending
+        ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
+        hidden = self.drafter(self.head.embed(ids), ctx, self.drafter_cache, self.position)
+        drafts, logq = self.sampler.draft(self.head.logits(hidden[0, 1:]))
+        mx.eval(drafts, logq, [c.state for c in self.drafter_cache])
+        self.pending = []
+        return drafts, logq
+
+
+def generate(
+    pair: LoadedPair,
+    prompt_ids: list[int],
+    settings: GenerationSettings,
+    cancel: Optional[CancelToken] = None,
+) -> Iterator[Event]:
+    """Yield a StartEvent, then RoundEvents (DFlash) and TextEvents, then a SummaryEvent."""
+    settings = settings.resolved(pair)
+    if not prompt_ids:
+        raise SettingsError("the prompt is empty; give at least one token.")
+    cls = DFlashDecoder if settings.mode == "dflash" else Decoder
+    with mx.stream(STREAM):
+        decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel)
+        yield from decoder.events()

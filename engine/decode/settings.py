@@ -1,0 +1,83 @@
+"""What a run is asked to do, with every default and limit in one place.
+
+The command line (engine/tools/cli.py) and the window (app/prompt_panel.py,
+app/settings.py) take their defaults and ranges from here; `resolved()` is the one
+check of a run's settings against the loaded pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from engine.errors import SettingsError
+
+MODES = ("dflash", "ar")
+ROLLBACK_MODES = ("replay", "rerun")  # hybrid targets: tape replay, or re-run the recurrence
+MAX_BLOCK = 16
+MAX_TOKENS_LIMIT = 1_000_000
+MAX_TEMPERATURE = 100.0
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self, vocab_size: int) -> None:
+        if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
+            raise SettingsError(f"temperature {self.temperature} is outside 0..{MAX_TEMPERATURE:g} (0 means greedy).")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SettingsError(f"top-p {self.top_p} is outside (0, 1] (1 turns it off).")
+        if not 0 <= self.top_k < vocab_size:
+            raise SettingsError(f"top-k {self.top_k} is outside 0..{vocab_size - 1} (0 turns it off).")
+        if not 0.0 <= self.min_p < 1.0:
+            raise SettingsError(f"min-p {self.min_p} is outside [0, 1) (0 turns it off).")
+        if not 0 <= self.seed < 2**63:
+            raise SettingsError(f"seed {self.seed} must be a non-negative integer.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    mode: str = "dflash"  # one of MODES
+    max_tokens: int = 128
+    block_size: Optional[int] = None  # None: the drafter's own
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    stop_strings: tuple[str, ...] = ()
+    rollback: str = "replay"  # one of ROLLBACK_MODES
+
+    def resolved(self, pair) -> "GenerationSettings":
+        """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
+        from dataclasses import replace
+
+        if self.mode not in MODES:
+            raise SettingsError(f"mode '{self.mode}' is not one of: {', '.join(MODES)}.")
+        if not 1 <= self.max_tokens <= MAX_TOKENS_LIMIT:
+            raise SettingsError(f"max tokens {self.max_tokens} is outside 1..{MAX_TOKENS_LIMIT}.")
+        if self.rollback not in ROLLBACK_MODES:
+            raise SettingsError(f"rollback '{self.rollback}' is not one of: {', '.join(ROLLBACK_MODES)}.")
+        self.sampling.validate(pair.head.vocab_size)
+        if self.mode == "ar":
+            return replace(self, block_size=None)
+        if pair.drafter is None:
+            raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
+        block = self.block_size or pair.drafter.cfg.block_size
+        if not 1 <= block <= MAX_BLOCK:
+            raise SettingsError(f"block size {block} is outside 1..{MAX_BLOCK}.")
+        return replace(self, block_size=block)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULTS = GenerationSettings()
