@@ -20,8 +20,10 @@ Set ``DFLASH_NO_OPENBLAS=1`` to turn all of this off.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,15 +77,60 @@ def _gfortran_copy() -> Path | None:
     return target
 
 
-def _load_gfortran() -> None:
+def _load_gfortran() -> str:
+    """Load libgfortran.so.5 globally; the path of our copy when the system has none, else ""."""
     try:
         ctypes.CDLL("libgfortran.so.5", mode=os.RTLD_GLOBAL)
-        return
+        return ""
     except OSError:
         pass
     copy = _gfortran_copy()
     if copy is not None:
         ctypes.CDLL(str(copy), mode=os.RTLD_GLOBAL)
+        return str(copy)
+    return ""
+
+
+# A child process loads the library and runs one small sgemm: exit 0 means this CPU can run it.
+_PROBE = """
+import ctypes, os, sys
+if sys.argv[2]:
+    ctypes.CDLL(sys.argv[2], mode=os.RTLD_GLOBAL)
+blas = ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL)
+n = 64
+a = (ctypes.c_float * (n * n))(*([1.0] * (n * n)))
+c = (ctypes.c_float * (n * n))()
+blas.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1.0), a, n, a, n, ctypes.c_float(0.0), c, n)
+sys.exit(0 if abs(c[0] - n) < 1e-3 else 3)
+"""
+
+
+def _runs_here(lib: Path, gfortran: str) -> bool:
+    """Whether this OpenBLAS runs on this CPU, checked once per library file in a child process.
+
+    Some builds pick kernels the CPU cannot execute (cmeel-openblas 0.3.31 dies with SIGILL on
+    x86_64 machines without AVX-512), and an illegal instruction kills the process outright, so
+    the check cannot run in this one. A frozen app has no Python to start: it trusts its bundle.
+    """
+    if getattr(sys, "frozen", False):
+        return True
+    st = lib.stat()
+    key = f"{lib.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+    stamp = _cache_dir() / "checked" / hashlib.sha256(key).hexdigest()[:24]
+    for verdict in (True, False):
+        if stamp.with_suffix(f".{'ok' if verdict else 'bad'}").exists():
+            return verdict
+    try:
+        ok = subprocess.run([sys.executable, "-c", _PROBE, str(lib), gfortran], capture_output=True,
+                            timeout=60, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.with_suffix(".ok" if ok else ".bad").touch()
+    except OSError:
+        pass
+    return ok
 
 
 def preload() -> str:
@@ -102,9 +149,12 @@ def preload() -> str:
         else:
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read by OpenBLAS when it loads
             try:
-                _load_gfortran()
-                ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
-                status = f"openblas, {os.environ['OPENBLAS_NUM_THREADS']} thread(s) ({lib})"
+                gfortran = _load_gfortran()
+                if _runs_here(lib, gfortran):
+                    ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
+                    status = f"openblas, {os.environ['OPENBLAS_NUM_THREADS']} thread(s) ({lib})"
+                else:
+                    status = f"unavailable: {lib} does not run on this CPU (reference BLAS in use)"
             except OSError as exc:
                 status = f"unavailable: {exc}"
     return status
