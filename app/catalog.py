@@ -99,5 +99,5 @@ def drafter_verdict(target: str, drafter: str) -> tuple[bool, str]:
     """(fits, sentence) for a drafter against a target, from files only (no download)."""
     from engine.models.doctor import check_pair
 
-    report = check_pair(target, drafter, download=False)
+    report = check_pair(target, drafter, download=False, kernels=False)
     return report.ok, ("matches this target" if report.ok else report.problems[0])

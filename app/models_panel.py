@@ -199,7 +199,7 @@ class ModelsPanel(QGroupBox):
             demo = "" if self.demo_installed else " and the demo pair is not installed yet"
             self._set_verdict(None, EMPTY_HINT.format(demo=demo))
             return
-        report = check_pair(target, drafter, download=False)
+        report = check_pair(target, drafter, download=False, kernels=False)
         if report.ok:
             facts = report.facts
             what = f"{facts.get('target_model_type', '?')} target, {facts.get('target_num_hidden_layers', '?')} layers"

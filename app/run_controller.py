@@ -10,6 +10,7 @@ by name (the window passes itself) but holds no layout and no dialogs of its own
 from __future__ import annotations
 
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +40,9 @@ class RunController(QObject):
 
     def __init__(self, window):  # app.window.MainWindow: its views are what the controller updates
         super().__init__(window)
-        self.w = window
+        # A weak reference: a window <-> controller cycle would leave closed windows to the
+        # garbage collector, which may run on the worker thread and deadlock freeing Qt objects.
+        self.w = weakref.proxy(window)
         self.host = WorkerHost(window)
         self.loaded: Optional[PairInfo] = None
         self.runs: dict[str, RunRecord] = {}

@@ -47,6 +47,17 @@ def _device_name() -> str:
     return f"{kind} (blas: {blas_name})" if kind == "cpu" else kind
 
 
+def _facts(pair) -> dict:
+    """The pair's facts; for a hybrid target also which GatedDeltaNet kernels run, which may
+    self-check a GPU kernel: that happens here, on the worker, never on the GUI thread."""
+    facts = pair.facts()
+    if facts.get("rollback") == "tape-replay":
+        from kernels.gated_delta import kernel_status
+
+        facts["gated_delta"] = kernel_status()
+    return facts
+
+
 def _clear_mlx_cache() -> None:
     import mlx.core as mx
 
@@ -72,6 +83,7 @@ class Worker(QObject):
         job_id, job = item
         put = self.outbox.put
         ok = False
+        stage = job.kind  # "load" while a run job loads its pair first
         try:
             if isinstance(job, ShutdownJob):
                 self._release()
@@ -81,15 +93,18 @@ class Worker(QObject):
             elif isinstance(job, LoadJob):
                 ok = self._load(job)
             elif isinstance(job, RunJob):
-                ok = (job.load is None or self._load(job.load)) and self._run(job)
+                stage = "load" if job.load is not None else "run"
+                ok = job.load is None or self._load(job.load)
+                stage = "run"
+                ok = ok and self._run(job)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a message, never a dead thread
             if isinstance(exc, DFlashError):
-                log.info("job %s refused: %s", job.kind, exc)
+                log.info("%s refused: %s", stage, exc)
             else:
-                log.exception("job %s failed", job.kind)
+                log.exception("%s failed", stage)
             if is_out_of_memory(exc):
                 _clear_mlx_cache()
-            put(RunFailed(user_message(exc)) if job.kind == "run" else LoadFailed(user_message(exc), False))
+            put(LoadFailed(user_message(exc), False) if stage == "load" else RunFailed(user_message(exc)))
         finally:
             put(JobDone(job_id, job.kind, ok, job.cancel.cancelled))
             if isinstance(job, ShutdownJob):
@@ -118,7 +133,7 @@ class Worker(QObject):
             info = PairInfo(
                 target=job.target,
                 drafter=job.drafter,
-                facts=pair.facts(),
+                facts=_facts(pair),
                 device=_device_name(),
                 has_chat_template=bool(pair.tokenizer.has_chat_template),
                 has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
@@ -126,15 +141,6 @@ class Worker(QObject):
             )
         except engine_session.LoadCancelled as exc:
             put(LoadFailed(str(exc), True))
-            return False
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, DFlashError):
-                log.info("loading %s + %s refused: %s", job.target, job.drafter, exc)
-            else:
-                log.exception("loading %s + %s failed", job.target, job.drafter)
-            if is_out_of_memory(exc):
-                _clear_mlx_cache()
-            put(LoadFailed(user_message(exc), False))
             return False
         self.pair, self.pair_key = pair, (job.target, job.drafter)
         put(Loaded(info))

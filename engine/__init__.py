@@ -1,4 +1,4 @@
-"""DFlash engine: target + drafter loading, rounds, events, CLI. No Qt here."""
+"""DFlash engine (no Qt): decode/ (the round loop), models/ (target, drafter, loading, doctor), tools/ (CLI, bench, parity, trace), runtime/ (BLAS, streams), training/ (train-drafter)."""
 
 from engine.runtime import blas as _blas
 

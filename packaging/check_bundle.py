@@ -9,7 +9,7 @@
 Checks, each on the bundled program only (clean environment, no venv on PATH, run from a
 scratch folder, HOME pointed at a scratch folder):
 
-- the bundle holds libmlx, the OpenBLAS / libgfortran files engine/blas.py looks for,
+- the bundle holds libmlx, the OpenBLAS / libgfortran files engine/runtime/blas.py looks for,
   the demo pair, icons and styles, all mlx-lm model modules, tokenizer libraries' metadata;
 - `--version` prints the project version;
 - `doctor` on the bundled demo pair says ready;
@@ -197,9 +197,9 @@ def check_layout(report: Report, bundle: Path) -> None:
     if sys.platform == "darwin":
         report.add("layout: mlx.metallib next to libmlx", has("mlx/lib/mlx.metallib"))
     else:
-        report.add("layout: OpenBLAS at cmeel.prefix/lib/libopenblas.so.0 (engine/blas.py)",
+        report.add("layout: OpenBLAS at cmeel.prefix/lib/libopenblas.so.0 (engine/runtime/blas.py)",
                    (base / "cmeel.prefix" / "lib" / "libopenblas.so.0").is_file())
-        report.add("layout: mlx_cpu.libs/libgfortran-* (engine/blas.py)", has("mlx_cpu.libs/libgfortran-*"))
+        report.add("layout: mlx_cpu.libs/libgfortran-* (engine/runtime/blas.py)", has("mlx_cpu.libs/libgfortran-*"))
     for name in ("demo-target", "demo-drafter"):
         report.add(f"layout: resources/models/{name}/config.json", (base / "resources/models" / name / "config.json").is_file())
     report.add("layout: recipe scripts left out", not (base / "resources/models/recipe").exists())

@@ -88,3 +88,10 @@ def test_the_engine_never_imports_qt():
     for name, path in _modules().items():
         if name.split(".")[0] in ("engine", "kernels"):
             assert "PySide6" not in path.read_text() and "pyqtgraph" not in path.read_text(), name
+
+
+def test_every_package_folder_is_a_package():
+    """setuptools' find and PyInstaller's collect_submodules only see folders with __init__.py."""
+    missing = [str(d.relative_to(ROOT)) for pkg in PACKAGES for d in [ROOT / pkg, *(ROOT / pkg).rglob("*")]
+               if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    assert not missing, missing

@@ -1,7 +1,7 @@
 """Rollback for hybrid targets (Qwen3.5 / Qwen3.6 / Qwen3-Next): GatedDeltaNet + attention.
 
 A recurrent state cannot be trimmed. During verify every GatedDeltaNet layer
-records a tape (engine/decode/gdn_tape.py). After a partial accept of `accepted`
+records a tape (engine/models/gdn_tape.py). After a partial accept of `accepted`
 drafts, each such layer gets back:
 - its conv state: the last K-1 rows of [conv state before the block; the first
   accepted + 1 projections], a slice of the recorded conv input;

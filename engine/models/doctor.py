@@ -75,7 +75,10 @@ def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: P
     return problems
 
 
-def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True) -> DoctorReport:
+def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,
+               kernels: bool = True) -> DoctorReport:
+    """The doctor's report, from files. kernels=False skips the GatedDeltaNet kernel check, which
+    may compile and self-check a GPU kernel: the window's GUI thread passes False."""
     report = DoctorReport(ok=False)
     dims = cfg = None
     try:
@@ -107,7 +110,7 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         from engine.models.gdn_tape import HYBRID_MODEL_TYPES, rollback_fact
 
         report.facts["rollback"] = rollback_fact(dims["model_type"])
-        if dims["model_type"] in HYBRID_MODEL_TYPES:
+        if kernels and dims["model_type"] in HYBRID_MODEL_TYPES:
             from kernels.gated_delta import kernel_status
 
             report.facts["gated_delta"] = kernel_status()

@@ -20,6 +20,7 @@ Set ``DFLASH_NO_OPENBLAS=1`` to turn all of this off.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import hashlib
 import os
 import shutil
@@ -79,11 +80,12 @@ def _gfortran_copy() -> Path | None:
 
 def _load_gfortran() -> str:
     """Load libgfortran.so.5 globally; the path of our copy when the system has none, else ""."""
-    try:
-        ctypes.CDLL("libgfortran.so.5", mode=os.RTLD_GLOBAL)
-        return ""
-    except OSError:
-        pass
+    if ctypes.util.find_library("gfortran"):  # the system's own, which a child process finds too
+        try:
+            ctypes.CDLL("libgfortran.so.5", mode=os.RTLD_GLOBAL)
+            return ""
+        except OSError:
+            pass
     copy = _gfortran_copy()
     if copy is not None:
         ctypes.CDLL(str(copy), mode=os.RTLD_GLOBAL)

@@ -122,7 +122,7 @@ def run_bench(
         "prompts": len(prompts),
         "repeats": repeats,
         "max_tokens": settings.max_tokens,
-        "block_size": df_settings.block_size or (pair.drafter.cfg.block_size if pair.drafter else None),
+        "block_size": df_settings.resolved(pair).block_size,
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,

@@ -1,0 +1,1 @@
+"""Platform plumbing: the optimised BLAS preload (Linux) and the engine's thread-local stream."""
