@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Optional
 
 
-
-
 def _has_display() -> bool:
     if sys.platform != "linux":
         return True
@@ -61,6 +59,12 @@ def run_gui(args: argparse.Namespace) -> int:
                   "to take screenshots, or run on a desktop.", file=sys.stderr)
             return 2
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from app.qt_libs import xcb_problem
+
+    problem = xcb_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     from PySide6.QtWidgets import QApplication
 

@@ -8,6 +8,8 @@ indented body, which is what its tokenizer was changed for.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engine.models.demo import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs
@@ -47,3 +49,21 @@ def test_default_target_continues_the_sample_prompt_with_an_indented_body():
     result = _parity(*PAIRS[0], max_tokens=16)
     first_line = result.ar.text.split("\n")[0]
     assert first_line.startswith("    ") and first_line.strip(), repr(result.ar.text)
+
+
+@pytest.mark.parametrize("target,drafter", PAIRS, ids=[t.name for t, _ in PAIRS])
+def test_first_runs_encode_the_prompt_as_the_pair_was_trained(target, drafter, capsys):
+    """The demo targets are base models: with no format flag (generate, parity, bench, demo) the
+    prompt is encoded raw, as in training and in the model cards' figures, never chat-wrapped."""
+    from app.cli import main as cli
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    raw = tokenizer.encode(SAMPLE_PROMPT, add_special_tokens=True)
+    pair = load_pair(target, drafter)
+    assert not pair.tokenizer.has_chat_template
+    assert encode_prompt(pair.tokenizer, SAMPLE_PROMPT) == encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
+    assert encode_prompt(pair.tokenizer, SAMPLE_PROMPT) == raw
+    assert cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", SAMPLE_PROMPT,
+                "--max-tokens", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_token_ids"] == raw

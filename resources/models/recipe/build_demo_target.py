@@ -106,7 +106,8 @@ def prepare_data(args, run_dir: Path) -> dict:
     train, held = corpus.load_corpus()
     texts = [t for _, t in train]
     t0 = time.time()
-    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size, split=args.split)
+    # A base model: no chat template, so every entry point encodes prompts raw, as it was trained.
+    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size, chat_template=False, split=args.split)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
