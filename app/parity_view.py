@@ -20,9 +20,12 @@ def differing_tokens(a: list[int], b: list[int]) -> list[int]:
     return [i for i in range(n) if i >= len(a) or i >= len(b) or a[i] != b[i]]
 
 
+TOK_S = "tok/\u2060s"  # a word joiner: Qt may otherwise wrap the line after the slash
+
+
 def headline(result: ParityDone) -> str:
-    speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} tok/s, "
-             f"DFlash {result.dflash_tok_s:.1f} tok/s)")
+    speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
+             f"DFlash {result.dflash_tok_s:.1f} {TOK_S})")
     if result.round_in_ar_steps and result.mean_acceptance_length:
         speed += (f". A round cost {result.round_in_ar_steps:.2f} AR steps, so DFlash breaks even at "
                   f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")

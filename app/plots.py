@@ -33,22 +33,23 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.ci.setSpacing(6)
         title = {"size": "9pt", "color": theme.FOREGROUND}
 
-        self.p_tps = self.addPlot(row=0, col=0)
+        # Legends sit in rows of their own above their plots, never over the data.
+        self.p_tps = self.addPlot(row=1, col=0)
         self.p_tps.setTitle("Throughput (tok/s)", **title)
         self.p_tps.setLabel("bottom", "time since first token", units="s")
-        self.p_tps.addLegend(offset=(-8, 8), labelTextSize="8pt")
         self.tps_curves = {
             "dflash": self.p_tps.plot(name="DFlash", pen=pg.mkPen(theme.PLOT_DFLASH, width=2)),
             "ar": self.p_tps.plot(name="AR", pen=pg.mkPen(theme.PLOT_AR, width=2)),
         }
+        self.tps_legend = self._legend_above(self.p_tps, row=0, col=0)
 
-        self.p_acc = self.addPlot(row=0, col=1)
+        self.p_acc = self.addPlot(row=1, col=1)
         self.p_acc.setTitle("Acceptance length per round (tokens)", **title)
         self.p_acc.setLabel("bottom", "round")
         self.acc_curve = self.p_acc.plot(stepMode="center", fillLevel=0, brush=_brush(theme.PLOT_DFLASH, 120),
                                          pen=pg.mkPen(theme.PLOT_DFLASH, width=1))
 
-        self.p_pos = self.addPlot(row=1, col=0)
+        self.p_pos = self.addPlot(row=3, col=0)
         self.p_pos.setTitle("Acceptance rate by block position", **title)
         self.p_pos.setLabel("bottom", "draft position in block")
         self.p_pos.setYRange(0, 1.05)
@@ -56,10 +57,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                                         brush=_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
         self.p_pos.addItem(self.pos_bars)
 
-        self.p_time = self.addPlot(row=1, col=1)
+        self.p_time = self.addPlot(row=3, col=1)
         self.p_time.setTitle("Round time (ms), stacked", **title)
         self.p_time.setLabel("bottom", "round")
-        self.p_time.addLegend(offset=(-8, 8), labelTextSize="8pt")
         # Drawn back to front: the total (rollback on top), then draft + verify, then draft.
         self.time_curves = {}
         for key, name, colour in (("rollback", "rollback", theme.PLOT_ROLLBACK),
@@ -67,7 +67,18 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                                   ("draft", "draft", theme.PLOT_DRAFT)):
             self.time_curves[key] = self.p_time.plot(name=name, stepMode="center", fillLevel=0,
                                                      brush=_brush(colour, 190), pen=pg.mkPen(colour, width=1))
+        self.time_legend = self._legend_above(self.p_time, row=2, col=1, order=("draft", "verify", "rollback"))
         self.clear_plots()
+
+    def _legend_above(self, plot: pg.PlotItem, row: int, col: int, order: tuple[str, ...] = ()) -> pg.LegendItem:
+        """A one-line legend in its own layout cell above `plot`."""
+        items = {item.name(): item for item in plot.listDataItems()}
+        names = [n for n in order if n in items] + [n for n in items if n not in order]
+        legend = pg.LegendItem(colCount=len(names), labelTextSize="8pt", labelTextColor=theme.FOREGROUND)
+        for name in names:
+            legend.addItem(items[name], name)
+        self.addItem(legend, row=row, col=col)
+        return legend
 
     def clear_plots(self) -> None:
         for c in self.tps_curves.values():

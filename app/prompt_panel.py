@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from PySide6.QtWidgets import (
     QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
@@ -127,6 +127,30 @@ class PromptPanel(QGroupBox):
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
         self.stop_button.setEnabled(running)
+
+    def apply_trace_header(self, header: dict, table: Optional[Sequence[str]] = None) -> None:
+        """Show the prompt and settings an opened trace was run with (values of the wrong type are
+        skipped; the spin boxes clamp the rest to their ranges)."""
+        prompt = header.get("prompt") if isinstance(header.get("prompt"), dict) else {}
+        text = prompt.get("text")
+        if not isinstance(text, str) and table is not None:  # older traces: rebuild it from the ids
+            ids = [i for i in header.get("prompt_ids") or [] if isinstance(i, int) and 0 <= i < len(table)]
+            text = "".join(table[i] for i in ids) if ids else None
+        if isinstance(text, str):
+            self.set_prompt(text)
+        if prompt.get("format") in ("auto", "chat", "raw"):
+            self.format.setCurrentIndex(max(0, self.format.findData(prompt["format"])))
+        if header.get("mode") in ("dflash", "ar"):
+            self.set_mode(header["mode"])
+        settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
+        sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
+        for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),
+                           (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed"))):
+            if isinstance(value, int) and not isinstance(value, bool):
+                box.setValue(min(max(value, box.minimum()), box.maximum()))
+        for box, value in ((self.temperature, sampling.get("temperature")), (self.top_p, sampling.get("top_p"))):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+                box.setValue(float(value))
 
     # ---- persistence ------------------------------------------------------------------------
 

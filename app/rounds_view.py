@@ -24,7 +24,8 @@ ROUND_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("#", "pos", "block: anchor | drafts | bonus", "acc", "draft", "verify", "rollback", "t (s)")
 HEADER_TIPS = ("round index", "absolute position of the anchor token",
                "the anchor, the drafted tokens (accepted green, rejected struck through) and the bonus "
-               "(blue) or correction (orange) token", "accepted drafts / drafted", "drafting time, ms",
+               "(blue) or correction (orange) token; when a block is wider than the column, ⋯k stands "
+               "for k drafts in the middle (the row's tooltip lists them all)", "accepted drafts / drafted", "drafting time, ms",
                "target verification time, ms", "rollback (cache trim / tape replay) time, ms",
                "seconds since the first token, at the end of the round")
 BLOCK_COLUMN = 2
@@ -118,6 +119,40 @@ def round_tooltip(r: RoundEvent, table) -> str:
             f"rollback {r.rollback_ms:.2f} ms")
 
 
+def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:
+    """Which chips of a block to paint in `avail` pixels: all when they fit; else the anchor
+    (first), the bonus or correction (last), and as many drafts from both ends as fit around one
+    marker chip standing for the hidden middle, written as -k (k = how many it hides).
+
+    Returns chip indices in order, with -k for the marker. The last chip always shows.
+    """
+    def width(items: list[int]) -> int:
+        return sum(widths[i] if i >= 0 else marker_width(-i) for i in items) + gap * max(len(items) - 1, 0)
+
+    n = len(widths)
+    everything = list(range(n))
+    if n <= 2 or width(everything) <= avail:
+        return everything
+    middle = list(range(1, n - 1))
+    if width([0, -len(middle), n - 1]) > avail:  # too narrow even for that: the bonus goes first
+        return [-(n - 1), n - 1] if width([-(n - 1), n - 1]) <= avail else [n - 1]
+    head: list[int] = []
+    tail: list[int] = []
+    while middle:  # alternate: the next draft from the left, then the next one before the bonus
+        take_head = len(head) <= len(tail)
+        candidate = middle[0] if take_head else middle[-1]
+        rest = len(middle) - 1
+        trial = [0] + head + ([candidate] if take_head else []) + ([-rest] if rest else []) \
+            + ([candidate] if not take_head else []) + tail + [n - 1]
+        if width(trial) > avail:
+            break
+        if take_head:
+            head.append(middle.pop(0))
+        else:
+            tail.insert(0, middle.pop())
+    return [0] + head + ([-len(middle)] if middle else []) + tail + [n - 1]
+
+
 class ChipDelegate(QStyledItemDelegate):
     """Paints every cell of a round row straight from the RoundEvent.
 
@@ -148,6 +183,7 @@ class ChipDelegate(QStyledItemDelegate):
                          self.strike),
             "bonus": (pens["bonus"], QColor(theme.CHIP_BONUS), QPen(QColor("#ffffff")), self.font),
             "correction": (pens["correction"], QColor(theme.CHIP_CORRECTION), QPen(QColor("#ffffff")), self.font),
+            "elided": (pens["anchor"], None, QPen(QColor("#8b93a1")), self.font),  # drafts hidden for width
         }
         self.text_pen = QPen(QColor(theme.FOREGROUND))
         self.selected = QColor("#3d5a80")
@@ -182,31 +218,40 @@ class ChipDelegate(QStyledItemDelegate):
 
     def _paint_block(self, painter: QPainter, rect: QRect, r: RoundEvent, table) -> None:
         inner = rect.adjusted(3, 3, -3, -3)
-        right, top, height = inner.right(), inner.top(), inner.height()
+        top, height = inner.top(), inner.height()
         baseline = top + (height + self.metrics.ascent() - self.metrics.descent()) // 2
-        groups: dict[str, list[tuple[QRect, str]]] = {}
-        x = inner.left()
         styled = [("anchor", r.anchor)] + [("accepted" if k < r.accepted else "rejected", t)
                                             for k, t in enumerate(r.drafted)] + [(r.bonus_kind, r.bonus)]
-        for n, (style, token) in enumerate(styled):
-            if x >= right:
-                break
-            text, w = self._chip(table, token)
+        chips = [self._chip(table, token) for _, token in styled]
+        # The anchor gets a little more air after it: count it into the anchor's width.
+        widths = [w + (self.GAP if n == 0 else 0) for n, (_, w) in enumerate(chips)]
+        shown = fit_chips(widths, inner.width(), self.GAP, lambda k: self._marker(k)[1])
+        groups: dict[str, list[tuple[QRect, str]]] = {}
+        x = inner.left()
+        for i in shown:
+            if i < 0:
+                style, (text, w) = "elided", self._marker(-i)
+            else:
+                style, (text, w) = styled[i][0], chips[i]
             groups.setdefault(style, []).append((QRect(x, top, w, height), text))
-            x += w + self.GAP + (self.GAP if n == 0 else 0)  # a little air after the anchor
+            x += (widths[i] if i >= 0 else w) + self.GAP
         painter.save()
         painter.setClipRect(rect)
-        for style, chips in groups.items():
+        for style, boxes in groups.items():
             outline, fill, text_pen, font = self.styles.get(style, self.styles["correction"])
             painter.setPen(outline)
             painter.setBrush(fill if fill is not None else Qt.BrushStyle.NoBrush)
-            for chip, _text in chips:
+            for chip, _text in boxes:
                 painter.drawRoundedRect(chip, 4, 4)
             painter.setPen(text_pen)
             painter.setFont(font)
-            for chip, text in chips:
+            for chip, text in boxes:
                 painter.drawText(chip.left() + self.PAD, baseline, text)
         painter.restore()
+
+    def _marker(self, hidden: int) -> tuple[str, int]:
+        text = f"⋯{hidden}"
+        return text, self.metrics.horizontalAdvance(text) + 2 * self.PAD
 
     def sizeHint(self, option, index) -> QSize:  # noqa: N802
         return QSize(400, self.metrics.height() + 10)

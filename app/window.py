@@ -315,6 +315,10 @@ class MainWindow(QMainWindow):
             self.show_error("Could not open the trace", str(exc))
             return False
         self.controller.show_replay(run, Path(path))
+        if run.header is not None:
+            self.prompt.apply_trace_header(run.header, run.table)
+            if isinstance(run.header.get("device"), str):
+                self.status_line.show_device(run.header["device"])
         self.center_tabs.setCurrentWidget(self.output)
         self.statusBar().showMessage(f"replaying {path}")
         return True

@@ -155,11 +155,12 @@ class Worker(QObject):
             raise DFlashError("no model is loaded; choose a target (and a drafter), then press Load or Run.")
         ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
         label = [job.mode]
+        prompt = {"text": job.prompt, "format": {True: "chat", False: "raw", None: "auto"}[job.chat]}
 
         def emit(event) -> None:
             if isinstance(event, StartEvent):
                 label[0] = event.mode
-                put(EngineEvent(event.mode, event, header_record(event)))
+                put(EngineEvent(event.mode, event, header_record(event, prompt)))
             else:
                 put(EngineEvent(label[0], event))
 

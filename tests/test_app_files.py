@@ -51,6 +51,12 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
                 "tps_dflash"):
         np.testing.assert_allclose(again[key], live[key], err_msg=key)
     assert w2.status_labels["rounds"].text() == f"rounds: {len(run.rounds)}"
+    # The prompt, its format, the settings and the device come from the trace's header.
+    assert header["prompt"] == {"text": w.prompt.prompt(), "format": "raw"}
+    assert w2.prompt.prompt() == w.prompt.prompt() and w2.prompt.format.currentData() == "raw"
+    assert w2.prompt.block_size.value() == 4 and w2.prompt.max_tokens.value() == w.prompt.max_tokens.value()
+    assert w2.prompt.mode() == "dflash"
+    assert w2.status_labels["device"].text() == f"device: {header['device']}"
 
     # Exporting the replay writes the same trace again.
     again_path = tmp_path / "again.jsonl"

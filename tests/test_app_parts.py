@@ -162,3 +162,25 @@ def test_gui_screenshot_of_the_empty_window(tmp_path):
     out = tmp_path / "empty.png"
     assert cli(["gui", "--screenshot", str(out)]) == 0
     assert not QImage(str(out)).isNull()
+
+
+def test_a_long_block_elides_its_middle_and_keeps_the_bonus():
+    from app.rounds_view import fit_chips
+
+    gap = 3
+    marker = lambda k: 20 + 6 * len(str(k))  # noqa: E731
+
+    def width(items, widths):
+        return sum(widths[i] if i >= 0 else marker(-i) for i in items) + gap * (len(items) - 1)
+
+    widths = [34] + [28, 52, 40, 61, 33, 45, 38, 70, 29, 44, 36, 58, 41, 39, 47] + [36]
+    assert fit_chips(widths, 10_000, gap, marker) == list(range(len(widths)))
+    for avail in (700, 500, 300, 150, 90, 60):
+        shown = fit_chips(widths, avail, gap, marker)
+        assert shown[-1] == len(widths) - 1, avail  # the bonus / correction chip is always painted
+        assert width(shown, widths) <= avail or shown == [len(widths) - 1], avail
+        hidden = sum(-i for i in shown if i < 0)
+        if shown != [len(widths) - 1]:  # narrower than anchor + marker + bonus: the bonus alone
+            assert hidden + sum(1 for i in shown if i >= 0) == len(widths), avail  # every chip counted once
+        kept = [i for i in shown if i >= 0]
+        assert kept == sorted(kept), avail

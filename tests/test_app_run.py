@@ -189,5 +189,11 @@ def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
     assert w.parity_view.differences == [] and w.parity_view.ar.marked() == []
     assert "Identical" in w.parity_view.headline.text() and "✓" in w.center_tabs.tabText(1)
     r = w.parity_view.result
+    assert "tok/\u2060s" in w.parity_view.headline.text()  # a line never wraps inside "tok/s"
+    # Legends sit outside the plots' data areas.
+    qtbot.waitExposed(w)
+    for legend, plot in ((w.plots.tps_legend, w.plots.p_tps), (w.plots.time_legend, w.plots.p_time)):
+        assert legend.isVisible() and legend.sceneBoundingRect().height() > 0
+        assert not legend.sceneBoundingRect().intersects(plot.getViewBox().sceneBoundingRect())
     assert r.round_in_ar_steps > 0 and f"breaks even at tau {r.round_in_ar_steps:.2f}" in w.parity_view.headline.text()
     assert f"this run's tau: {r.mean_acceptance_length:.2f}" in w.parity_view.headline.text()

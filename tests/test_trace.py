@@ -27,6 +27,7 @@ def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
                 "drafter_config", "settings", "prompt_ids"):
         assert header[key] is not None, key
     assert header["prompt_ids"] == out["prompt_token_ids"]
+    assert header["prompt"] == {"text": PROMPTS[0], "format": "raw"}
     rounds = [r for r in records if r["type"] == "round"]
     assert len(rounds) == out["num_rounds"]
     for r in rounds:
@@ -91,3 +92,5 @@ def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
     assert {"tok/s", "acceptance length"} <= counters
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"draft", "verify", "rollback"} <= names
+    process = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert process == [f"DFlash run: {qwen3_tied_dirs[0].name}"]

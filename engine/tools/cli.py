@@ -163,6 +163,14 @@ def _prompt_ids(args, tokenizer) -> list[int]:
     return encode_prompt(tokenizer, text, _chat_flag(args), thinking)
 
 
+def _prompt_record(args) -> dict:
+    """The prompt as the trace header keeps it: its text and the format it was encoded in."""
+    from engine.tools.textfiles import read_text
+
+    text = read_text(args.prompt_file, "the prompt file") if args.prompt_file else args.prompt
+    return {"text": text, "format": {True: "chat", False: "raw", None: "auto"}[_chat_flag(args)]}
+
+
 def _load(args, with_drafter: bool = True):
     from engine.models.pair import load_pair
 
@@ -178,7 +186,7 @@ def cmd_generate(args) -> int:
     pair = _load(args, with_drafter=args.mode == "dflash")
     ids = _prompt_ids(args, pair.tokenizer)
     settings = _settings(args, args.mode)
-    writer = TraceWriter(args.trace) if args.trace else None
+    writer = TraceWriter(args.trace, _prompt_record(args)) if args.trace else None
     summary = None
     try:
         for event in generate(pair, ids, settings):

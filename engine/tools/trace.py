@@ -38,7 +38,9 @@ def _read_config(folder: Optional[str]) -> Optional[dict]:
         return None
 
 
-def header_record(start: StartEvent) -> dict[str, Any]:
+def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The trace's first line. `prompt`: {"text": ..., "format": "chat" | "raw" | "auto"} where the
+    caller knows them, so an opened trace can show and re-run the prompt."""
     model = start.model
     return {
         "type": "header",
@@ -52,14 +54,16 @@ def header_record(start: StartEvent) -> dict[str, Any]:
         "model": model,
         "settings": start.settings,
         "prompt_ids": start.prompt_ids,
+        **({"prompt": prompt} if prompt else {}),
     }
 
 
 class TraceWriter:
     """Appends one JSON line per record and flushes, so a crash leaves a valid prefix."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, prompt: Optional[dict[str, Any]] = None):
         self.path = Path(path)
+        self.prompt = prompt
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8")
@@ -72,7 +76,7 @@ class TraceWriter:
 
     def write(self, event: Event) -> None:
         if isinstance(event, StartEvent):
-            self._write(header_record(event))
+            self._write(header_record(event, self.prompt))
         elif isinstance(event, (RoundEvent, TextEvent, SummaryEvent)):
             self._write(to_dict(event))
 
@@ -102,10 +106,17 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return records[0], records[1:]
 
 
+def process_name(header: dict[str, Any]) -> str:
+    """What Perfetto calls the run: its mode and target, e.g. "DFlash run: demo-target"."""
+    mode = {"dflash": "DFlash", "ar": "AR"}.get(header.get("mode") or "dflash", str(header.get("mode")))
+    target = header.get("target") or (header.get("model") or {}).get("target")
+    return f"{mode} run: {Path(str(target)).name}" if target else f"{mode} run"
+
+
 def chrome_events(header: dict[str, Any], records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     pid = 1
     tracks = {"draft": 1, "verify": 2, "rollback": 3, "tokens": 4}
-    yield {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"dflash {header.get('mode', '')}"}}
+    yield {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process_name(header)}}
     for name, tid in tracks.items():
         yield {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
     for r in records:
