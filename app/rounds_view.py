@@ -24,7 +24,7 @@ ROUND_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("#", "pos", "block: anchor | drafts | bonus", "acc", "draft", "verify", "rollback", "t (s)")
 HEADER_TIPS = ("round index", "absolute position of the anchor token",
                "the anchor, the drafted tokens (accepted green, rejected struck through) and the bonus "
-               "(blue) or correction (orange) token; when a block is wider than the column, ⋯k stands "
+               "(blue) or correction (orange) token; when a block is wider than the column, …k stands "
                "for k drafts in the middle (the row's tooltip lists them all)", "accepted drafts / drafted", "drafting time, ms",
                "target verification time, ms", "rollback (cache trim / tape replay) time, ms",
                "seconds since the first token, at the end of the round")
@@ -122,7 +122,7 @@ def round_tooltip(r: RoundEvent, table) -> str:
 def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:
     """Which chips of a block to paint in `avail` pixels: all when they fit; else the anchor
     (first), the bonus or correction (last), and as many drafts from both ends as fit around one
-    marker chip standing for the hidden middle, written as -k (k = how many it hides).
+    marker chip standing for the hidden middle, painted "…k" (k = how many it hides; -k here).
 
     Returns chip indices in order, with -k for the marker. The last chip always shows.
     """
@@ -250,7 +250,7 @@ class ChipDelegate(QStyledItemDelegate):
         painter.restore()
 
     def _marker(self, hidden: int) -> tuple[str, int]:
-        text = f"⋯{hidden}"
+        text = f"…{hidden}"
         return text, self.metrics.horizontalAdvance(text) + 2 * self.PAD
 
     def sizeHint(self, option, index) -> QSize:  # noqa: N802
