@@ -6,12 +6,12 @@ window runs `scan_hf_cache` off the GUI thread.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from engine import json_text
 from engine.models.demo import demo_pairs
 
 TARGET, DRAFTER = "target", "drafter"
@@ -28,7 +28,7 @@ class ModelEntry:
 def folder_role(folder: str | Path) -> Optional[str]:
     """DRAFTER for a DFlash checkpoint, TARGET for another model folder, None when no config.json."""
     try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        config = json_text.loads((Path(folder) / "config.json").read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
@@ -99,5 +99,8 @@ def drafter_verdict(target: str, drafter: str) -> tuple[bool, str]:
     """(fits, sentence) for a drafter against a target, from files only (no download)."""
     from engine.models.doctor import check_pair
 
-    report = check_pair(target, drafter, download=False, kernels=False)
+    try:
+        report = check_pair(target, drafter, download=False, kernels=False)
+    except Exception as exc:  # noqa: BLE001 - one odd folder must not stop the list
+        return False, f"could not check it ({type(exc).__name__}: {exc})"
     return report.ok, ("matches this target" if report.ok else report.problems[0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from pathlib import Path
 from typing import Optional
 
@@ -31,6 +33,8 @@ def dot_icon(colour: str) -> QIcon:
     p.end()
     return QIcon(pix)
 
+
+log = logging.getLogger("app.models_panel")
 
 class ModelPicker(QWidget):
     """An editable combo (folder, HF id, or a listed model) and a folder browser."""
@@ -199,7 +203,12 @@ class ModelsPanel(QGroupBox):
             demo = "" if self.demo_installed else " and the demo pair is not installed yet"
             self._set_verdict(None, EMPTY_HINT.format(demo=demo))
             return
-        report = check_pair(target, drafter, download=False, kernels=False)
+        try:
+            report = check_pair(target, drafter, download=False, kernels=False)
+        except Exception as exc:  # noqa: BLE001 - a doctor bug must not stop the window (or its start)
+            log.exception("the doctor failed on %s + %s", target, drafter)
+            self._set_verdict(False, f"✗ could not check this pair ({type(exc).__name__}: {exc}).")
+            return
         if report.ok:
             facts = report.facts
             what = f"{facts.get('target_model_type', '?')} target, {facts.get('target_num_hidden_layers', '?')} layers"

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from app.paths import config_dir
-from engine.decode.settings import DEFAULTS
+from engine import json_text
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -66,18 +67,46 @@ def _typed(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+# What the window's controls can hold; a value outside is reset (Qt would raise on a too-large int).
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, MAX_TEMPERATURE),
+    "top_p": (0.01, 1.0),
+    "top_k": (0, 1_000_000),
+    "seed": (0, 2_147_483_647),
+    "max_tokens": (1, MAX_TOKENS_LIMIT),
+    "block_size": (0, MAX_BLOCK),
+    "center_tab": (0, 16),
+}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "prompt_format": ("auto", "chat", "raw"),
+    "thinking": ("default", "on", "off"),
+    "mode": ("dflash", "ar", "both"),
+}
+
+
+def _in_range(name: str, value: Any) -> bool:
+    if name in RANGES:
+        low, high = RANGES[name]
+        return value == value and low <= value <= high  # value == value: not NaN
+    if name in CHOICES:
+        return value in CHOICES[name]
+    if isinstance(value, str):
+        return len(value) <= 1_000_000 and "\0" not in value
+    return True
+
+
 def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[str]]:
     """(settings, notice); the notice says what was reset, or is None."""
     path = path or settings_path()
     defaults = AppSettings()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return defaults, None
     except OSError as exc:
         return defaults, f"could not read the settings file {path} ({exc.strerror}); using defaults."
     try:
-        data = json.loads(text)
+        data = json_text.loads(raw)  # not UTF-8, not JSON, nested too deeply: all ValueError
         if not isinstance(data, dict):
             raise ValueError("not an object")
     except ValueError:
@@ -93,8 +122,9 @@ def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[st
         if f.name not in data:
             continue
         default = getattr(defaults, f.name)
-        if _typed(data[f.name], default):
-            values[f.name] = float(data[f.name]) if isinstance(default, float) else data[f.name]
+        value = data[f.name]
+        if _typed(value, default) and _in_range(f.name, value):
+            values[f.name] = float(value) if isinstance(default, float) else value
         else:
             bad.append(f.name)
     settings = AppSettings(**values)

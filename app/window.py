@@ -52,11 +52,15 @@ class MainWindow(QMainWindow):
 
         self.setWindowTitle("DFlash Playground")
         self.setAcceptDrops(True)
-        self.controller = RunController(self)
-        self._build()
-        self.model_lists = ModelLists(self.models, self.settings, self)
-        self._build_menus()
-        self._apply_settings()
+        self.controller = RunController(self)  # starts the worker thread
+        try:
+            self._build()
+            self.model_lists = ModelLists(self.models, self.settings, self)
+            self._build_menus()
+            self._apply_settings()
+        except BaseException:
+            self.controller.shutdown()  # never leave a running QThread behind (Qt aborts the process)
+            raise
         self.model_lists.start_scan()
         if notice:
             self.notify(notice, dialog=True)

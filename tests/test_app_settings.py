@@ -3,6 +3,8 @@
 import json
 import shutil
 
+import pytest
+
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
@@ -192,3 +194,65 @@ def test_window_saves_settings_where_it_read_them(make_window, tmp_path, monkeyp
     monkeypatch.setenv("DFLASH_CONFIG_DIR", str(tmp_path / "elsewhere"))
     w.save_settings()
     assert read_from.is_file() and not (tmp_path / "elsewhere").exists()
+
+
+CORRUPT_FILES = {
+    "not UTF-8": b"\xff\xfe{\"max_tokens\": 5}",
+    "deeply nested": b"[" * 100_000 + b"]" * 100_000,
+    "nested field": b'{"max_tokens": 7, "recent_targets": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    "not an object": b"[1, 2, 3]",
+    "empty": b"",
+    "an integer of 5000 digits": b'{"seed": ' + b"9" * 5000 + b"}",
+}
+
+
+@pytest.mark.parametrize("content", CORRUPT_FILES.values(), ids=CORRUPT_FILES.keys())
+def test_a_corrupt_settings_file_is_moved_aside_and_the_window_starts(make_window, content):
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    w = make_window()
+    assert w.notices and "corrupt" in w.notices[0]
+    assert path.with_name("settings.json.corrupt").read_bytes() == content  # kept, not destroyed
+    assert w.prompt.max_tokens.value() == AppSettings().max_tokens
+
+
+HOSTILE_FIELDS = {
+    "seed": 10**30,  # too large for Qt's spin box (it would raise)
+    "temperature": float("nan"),
+    "top_p": 0.0,
+    "block_size": 99,
+    "max_tokens": 0,
+    "mode": "turbo",
+    "prompt_format": "markdown",
+    "center_tab": -5,
+}
+
+
+@pytest.mark.parametrize("name,value", HOSTILE_FIELDS.items(), ids=HOSTILE_FIELDS.keys())
+def test_a_hostile_field_falls_back_alone(make_window, name, value):
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({name: value, "top_k": 7}))
+    w = make_window()
+    assert w.notices and name in w.notices[0]
+    assert w.prompt.top_k.value() == 7  # the other fields are kept
+    settings, _ = load_settings()
+    assert getattr(settings, name) == getattr(AppSettings(), name)
+
+
+def test_a_last_pair_that_no_longer_loads_never_stops_the_start(make_window, qwen3_tied_dirs, tmp_path):
+    """The drafter saved as the last pair was later broken (a config nested too deeply to parse,
+    as a hostile or corrupt file can be): the window still starts and says what is wrong."""
+    import shutil
+
+    drafter = tmp_path / "broken-drafter"
+    shutil.copytree(qwen3_tied_dirs[1], drafter)
+    (drafter / "config.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"target": str(qwen3_tied_dirs[0]), "drafter": str(drafter)}))
+    w = make_window()
+    w.models.check_now()
+    assert w.models.verdict_ok is False
+    assert "config.json" in w.models.verdict.text() and "nested too deeply" in w.models.verdict.text()

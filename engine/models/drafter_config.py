@@ -9,11 +9,11 @@ default collapses long-context acceptance.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import json_text
 from engine.errors import CheckpointError
 
 SLIDING = "sliding_attention"
@@ -66,9 +66,13 @@ def read_config_json(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: config.json is missing; a model folder needs one.")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json_text.loads(path.read_bytes())
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: config.json is not UTF-8 text.") from None
+    except ValueError as exc:
         raise CheckpointError(f"{path}: config.json is not valid JSON ({exc}).") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read config.json ({exc.strerror or exc}).") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: config.json must hold a JSON object.")
     return data

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from engine import json_text
 from engine.errors import DFlashError
 
 
@@ -26,8 +26,8 @@ def jsonl_strings(path: str | Path, field: str, what: str) -> list[str]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json_text.loads(line)
+        except ValueError:
             raise DFlashError(f"{path}: line {n} is not JSON; expected {{\"{field}\": \"...\"}} per line.") from None
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
             raise DFlashError(f"{path}: line {n} has no string field '{field}'.")

@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from engine import json_text
 from engine.errors import DFlashError
 from engine.tools.textfiles import read_text
 from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
@@ -33,8 +34,8 @@ def _read_config(folder: Optional[str]) -> Optional[dict]:
     if not folder:
         return None
     try:
-        return json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        return json_text.loads((Path(folder) / "config.json").read_bytes())
+    except (OSError, ValueError):
         return None
 
 
@@ -96,11 +97,14 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     records = []
     for n, line in enumerate(lines):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            record = json_text.loads(line)
+        except ValueError:
             if n == len(lines) - 1:
                 break
             raise DFlashError(f"{path}: line {n + 1} is not JSON; this is not a dflash trace.") from None
+        if not isinstance(record, dict):
+            raise DFlashError(f"{path}: line {n + 1} is not a JSON object; this is not a dflash trace.")
+        records.append(record)
     if not records or records[0].get("type") != "header" or records[0].get("schema") != SCHEMA:
         raise DFlashError(f"{path}: no '{SCHEMA}' header on the first line; this is not a dflash trace.")
     return records[0], records[1:]
