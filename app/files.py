@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Optional
 
 from engine.errors import DFlashError
+from engine.safe_write import check_output, write_atomic
 from engine.tools.trace import SCHEMA, chrome_events, read_trace
 from app.run_record import RunRecord, record_from_trace
 from app.tokens import TokenTable, table_from_tokenizer_json
@@ -22,44 +24,38 @@ def _header(run: RunRecord) -> dict:
     return run.header
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise DFlashError(f"{path}: cannot write ({exc.strerror}).") from None
+def _write(path: Path, text: str, what: str) -> None:
+    """Checked first, then written beside the file and renamed over it (engine/safe_write.py)."""
+    write_atomic(check_output(path, what), text, what)
 
 
 def export_trace(run: RunRecord, path: str | Path) -> int:
     """Write the run as dflash-trace/1 JSONL (the header the engine made, then its records)."""
     records = run.records()
     lines = [json.dumps(_header(run))] + [json.dumps(r) for r in records]
-    _write(Path(path), "\n".join(lines) + "\n")
+    _write(Path(path), "\n".join(lines) + "\n", "the trace")
     return len(records)
 
 
 def export_chrome(run: RunRecord, path: str | Path) -> int:
     """Chrome trace JSON (opens in Perfetto), via the engine's converter."""
     events = list(chrome_events(_header(run), run.records()))
-    _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
     return len(events)
 
 
 def export_rounds_csv(run: RunRecord, path: str | Path) -> int:
     """One row per round; id lists are space-separated."""
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(ROUND_COLUMNS)
-            for r in run.rounds:
-                row = []
-                for col in ROUND_COLUMNS:
-                    v = getattr(r, col)
-                    row.append(" ".join(map(str, v)) if isinstance(v, list) else v)
-                w.writerow(row)
-    except OSError as exc:
-        raise DFlashError(f"{path}: cannot write ({exc.strerror}).") from None
+    buffer = io.StringIO(newline="")
+    w = csv.writer(buffer)
+    w.writerow(ROUND_COLUMNS)
+    for r in run.rounds:
+        row = []
+        for col in ROUND_COLUMNS:
+            v = getattr(r, col)
+            row.append(" ".join(map(str, v)) if isinstance(v, list) else v)
+        w.writerow(row)
+    _write(Path(path), buffer.getvalue(), "the rounds CSV")
     return len(run.rounds)
 
 

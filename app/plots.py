@@ -9,6 +9,8 @@ from typing import Optional
 import numpy as np
 import pyqtgraph as pg
 
+from engine.errors import DFlashError
+from engine.safe_write import check_output, replace_with, temporary_name
 from app import theme
 from app.run_record import RunRecord
 
@@ -129,4 +131,14 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
 
     def save_png(self, path: str | Path) -> bool:
         """A PNG of all four plots as shown."""
-        return self.grab().save(str(path), "PNG")
+        path = Path(path)
+        try:
+            check_output(path, "the plots")
+        except DFlashError:
+            return False
+        tmp = temporary_name(path, ".png")
+        if not self.grab().save(str(tmp), "PNG"):
+            tmp.unlink(missing_ok=True)
+            return False
+        replace_with(tmp, path)
+        return True

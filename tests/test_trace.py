@@ -42,18 +42,22 @@ def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
 
 
 def test_trace_is_valid_after_every_round(qwen3_pair, tmp_path):
-    """Each round is on disk before the next starts: a crash leaves a readable prefix."""
+    """Each round is on disk (in FILE.partial) before the next starts: a crash leaves a readable
+    prefix there, and an earlier FILE stays whole until the new trace replaces it at the end."""
     path = tmp_path / "live.jsonl"
+    path.write_text("the previous trace\n")
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[1], chat=False)
     seen = 0
     with TraceWriter(path) as writer:
         for event in generate(qwen3_pair, ids, GenerationSettings(max_tokens=20)):
             writer.write(event)
             if isinstance(event, RoundEvent):
-                _, records = read_trace(path)
+                _, records = read_trace(writer.partial)
                 assert [r for r in records if r["type"] == "round"][-1]["index"] == event.index
+                assert path.read_text() == "the previous trace\n"
                 seen += 1
     assert seen > 3
+    assert read_trace(path)[1][-1]["type"] == "summary" and not writer.partial.exists()
 
 
 def test_torn_last_line_is_dropped(qwen3_pair, tmp_path):

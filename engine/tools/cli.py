@@ -179,15 +179,19 @@ def _load(args, with_drafter: bool = True):
 
 
 def cmd_generate(args) -> int:
-    from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.decoder import generate
+    from engine.decode.events import SummaryEvent, TextEvent
+    from engine.safe_write import check_output
     from engine.tools.trace import TraceWriter
 
+    if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
+        check_output(args.trace, "the trace", inputs=(args.prompt_file,))
     pair = _load(args, with_drafter=args.mode == "dflash")
     ids = _prompt_ids(args, pair.tokenizer)
-    settings = _settings(args, args.mode)
-    writer = TraceWriter(args.trace, _prompt_record(args)) if args.trace else None
+    settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
+    writer = TraceWriter(args.trace, _prompt_record(args), inputs=(args.prompt_file,)) if args.trace else None
     summary = None
+    complete = False
     try:
         for event in generate(pair, ids, settings):
             if writer:
@@ -196,9 +200,12 @@ def cmd_generate(args) -> int:
                 print(event.text, end="", flush=True)
             elif isinstance(event, SummaryEvent):
                 summary = event
+        complete = True
     finally:
         if writer:
-            writer.close()
+            where = writer.close(complete=complete)
+            if not complete and where is not None:
+                print(f"\nthe run did not finish; its trace so far is in {where}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "token_ids": summary.token_ids,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from engine import json_text
 from engine.errors import DFlashError
+from engine.safe_write import check_output, replace_with, write_atomic
 from engine.tools.textfiles import read_text
 from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
 
@@ -60,20 +62,26 @@ def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None) ->
 
 
 class TraceWriter:
-    """Appends one JSON line per record and flushes, so a crash leaves a valid prefix."""
+    """Writes one JSON line per record to FILE.partial beside FILE, flushed as it goes (a crash
+    leaves a valid prefix there); `close(complete=True)` renames it to FILE. An earlier FILE is
+    never touched until the new trace is whole."""
 
-    def __init__(self, path: str | Path, prompt: Optional[dict[str, Any]] = None):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, prompt: Optional[dict[str, Any]] = None,
+                 inputs: tuple[Optional[str | Path], ...] = ()):
+        self.path = check_output(path, "the trace", inputs)
+        self.partial = self.path.with_name(self.path.name + ".partial")
         self.prompt = prompt
+        self.records = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8")
+            self._file = open(self.partial, "w", encoding="utf-8")
         except OSError as exc:
             raise DFlashError(f"{self.path}: cannot write the trace ({exc.strerror}).") from None
 
     def _write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        self.records += 1
 
     def write(self, event: Event) -> None:
         if isinstance(event, StartEvent):
@@ -81,14 +89,26 @@ class TraceWriter:
         elif isinstance(event, (RoundEvent, TextEvent, SummaryEvent)):
             self._write(to_dict(event))
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> Optional[Path]:
+        """Put the trace in place when the run ended; otherwise keep what was written as FILE.partial
+        (or nothing, when nothing was). Returns where the trace is."""
+        if self._file.closed:
+            return None
+        os.fsync(self._file.fileno())
         self._file.close()
+        if complete:
+            replace_with(self.partial, self.path)
+            return self.path
+        if not self.records:
+            self.partial.unlink(missing_ok=True)
+            return None
+        return self.partial
 
     def __enter__(self) -> "TraceWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(complete=exc_type is None)
 
 
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -151,10 +171,8 @@ def _tok_s_counters(records: list[dict[str, Any]], pid: int) -> Iterator[dict[st
 
 def export_chrome(trace_path: str | Path, out_path: str | Path) -> int:
     """Write Chrome trace JSON (opens in Perfetto); return the number of events."""
+    out_path = check_output(out_path, "the Chrome trace", inputs=(trace_path,))
     header, records = read_trace(trace_path)
     events = list(chrome_events(header, records))
-    try:
-        Path(out_path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-    except OSError as exc:
-        raise DFlashError(f"{out_path}: cannot write ({exc.strerror}).") from None
+    write_atomic(out_path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
     return len(events)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,8 @@ def add_parser(sub) -> None:
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--checkpoint-every", type=int, default=100)
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--force", action="store_true",
+                   help="replace a drafter in --out that train-drafter did not make (never the target itself)")
     t.add_argument("--distill", type=int, default=0, metavar="N",
                    help="train on N greedy continuations written by the target from prompts cut from --data "
                         "(contexts like those it meets at inference); saved in OUT/distill.npy for --resume")
@@ -85,6 +88,46 @@ def _with_bar(total: int, make):
         bar.close()
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric option, before any work: one sentence naming the option and its range."""
+    for flag, value, low in (("--steps", args.steps, 1), ("--batch", args.batch, 1), ("--seq-len", args.seq_len, 2),
+                             ("--anchors", args.anchors, 1), ("--warmup", args.warmup, 0),
+                             ("--eval-every", args.eval_every, 1), ("--checkpoint-every", args.checkpoint_every, 1),
+                             ("--layers", args.layers, 1), ("--block-size", args.block_size, 2),
+                             ("--intermediate-size", args.intermediate_size, 1)):
+        if value is not None and value < low:
+            raise DFlashError(f"{flag} {value} must be at least {low}.")
+    if not (math.isfinite(args.lr) and 0 < args.lr <= 1):
+        raise DFlashError(f"--lr {args.lr} must be a number in (0, 1] (1e-3 is the default).")
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """--out must be a folder we may write a drafter into: never the target's or --init's own folder,
+    never a file, and a model folder only when train-drafter made it (or with --force)."""
+    from engine.models.paths import resolve_model_path
+    from engine.training.trainer import CHECKPOINT_DIR, MADE_BY_FILE
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DFlashError(f"--out {out} is a file; give a folder for the drafter.")
+    for flag, given in (("--target", args.target), ("--init", args.init)):
+        if given is None:
+            continue
+        try:
+            folder = resolve_model_path(given, download=False)
+        except DFlashError:
+            continue  # not local: it cannot be --out either
+        if out.exists() and out.resolve() == folder.resolve():
+            raise DFlashError(f"--out {out} is the {flag} model's own folder; write the drafter elsewhere.")
+    ours = any((out / name).exists() for name in (MADE_BY_FILE, CHECKPOINT_DIR, CHECKPOINT_DIR + ".old",
+                                                  CHECKPOINT_DIR + ".tmp"))
+    holds_model = any((out / name).exists() for name in ("config.json", "model.safetensors")) or \
+        any(out.glob("*.safetensors"))
+    if holds_model and not ours and not args.force:
+        raise DFlashError(f"--out {out} holds a model that train-drafter did not make; choose an empty folder, "
+                          "or pass --force to replace it.")
+
+
 def cmd_train_drafter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -92,8 +135,10 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     from engine.training.data import read_texts, token_stream
     from engine.training.trainer import CHECKPOINT_DIR, DrafterTrainer, TrainSettings
 
+    _check_numbers(args)
+    _check_out(args)
     out = Path(args.out)
-    if (out / CHECKPOINT_DIR).exists() and not args.resume:
+    if any((out / name).exists() for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old")) and not args.resume:
         raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue it, or choose another --out.")
     if args.init:
         given = [flag for flag, value in (("--layers", args.layers), ("--block-size", args.block_size),
@@ -117,7 +162,9 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     if args.distill or args.distill_prompts:
         tokens = _distilled(pair, tokens, out, args)
     trainer = DrafterTrainer(pair, tokens, out, settings)
-    if args.resume and trainer.resume():
+    if args.resume:
+        if not trainer.resume():
+            raise DFlashError(f"--resume: no checkpoint in {out / CHECKPOINT_DIR}; leave out --resume to start anew.")
         print(f"resumed from step {trainer.step}", file=sys.stderr)
     print(f"{len(tokens)} tokens ({len(trainer.eval_tokens)} held out); taps {trainer.cfg.target_layer_ids}; "
           f"mask id {trainer.mask_id}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -21,14 +22,17 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from engine.models.drafter import DFlashDrafter
+from engine import json_text
 from engine.errors import DFlashError
+from engine.models.drafter import DFlashDrafter
 from engine.models.drafter_config import DrafterConfig, default_target_layer_ids, flat_config, parse_drafter_config
 from engine.models.pair import LoadedPair
 from engine.models.taps import install_taps
+from engine.safe_write import replace_with, temporary_name, write_atomic
 
 MASK_TOKEN_NAMES = ("<|mask|>", "<mask>", "<|MASK|>", "[MASK]")
 CHECKPOINT_DIR = "checkpoint"
+MADE_BY_FILE = "train_drafter.json"  # marks a folder whose drafter train-drafter wrote
 
 
 @dataclass
@@ -227,10 +231,14 @@ class DrafterTrainer:
         emb, taps, anchors, labels = self.batch(self.train_tokens, rng, self.s.batch)
         mx.eval(emb, taps, labels)
         loss, grads = self._loss_and_grad(emb, taps, anchors, labels)
+        value = float(loss.item())
+        if not math.isfinite(value):  # checked before the update: the weights stay finite
+            raise DFlashError(f"training diverged at step {self.step + 1} (loss {value}); the last checkpoint "
+                              "is kept; lower --lr and --resume, or start again.")
         self.optimizer.update(self.drafter, grads)
-        mx.eval(loss, self.drafter.parameters(), self.optimizer.state)
+        mx.eval(self.drafter.parameters(), self.optimizer.state)
         self.step += 1
-        return float(loss.item())
+        return value
 
     def evaluate(self, batches: int = 4) -> dict:
         """Held-out loss and a teacher-forced tau estimate (1 + leading correct drafts)."""
@@ -247,35 +255,50 @@ class DrafterTrainer:
 
     # ---- files ------------------------------------------------------------------------
     def save_drafter(self, folder: Path) -> None:
+        """config.json and model.safetensors, each written beside itself and renamed into place."""
         folder.mkdir(parents=True, exist_ok=True)
         weights = dict(tree_flatten(self.drafter.parameters()))
-        mx.save_safetensors(str(folder / "model.safetensors"), weights)
-        (folder / "config.json").write_text(json.dumps(self.raw_config, indent=2))
+        tmp = temporary_name(folder / "model.safetensors", ".safetensors")  # mlx wants the suffix
+        mx.save_safetensors(str(tmp), weights)
+        replace_with(tmp, folder / "model.safetensors")
+        write_atomic(folder / "config.json", json.dumps(self.raw_config, indent=2), "the drafter config")
+        if folder == self.out:
+            write_atomic(folder / MADE_BY_FILE, json.dumps({"made_by": "dflash-playground train-drafter",
+                                                            "settings": asdict(self.s)}, indent=2))
 
     def save_checkpoint(self) -> Path:
         ckpt = self.checkpoint_dir
         tmp = ckpt.with_name(ckpt.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)  # a write a crash cut short
         tmp.mkdir(parents=True, exist_ok=True)
         self.save_drafter(tmp)
         mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state)))
         state = {"step": self.step, "settings": asdict(self.s), "history": self.history}
         (tmp / "state.json").write_text(json.dumps(state, indent=2))
+        old = ckpt.with_name(ckpt.name + ".old")
         if ckpt.exists():
-            old = ckpt.with_name(ckpt.name + ".old")
+            if old.exists():
+                shutil.rmtree(old)
             ckpt.rename(old)
-            tmp.rename(ckpt)
-            for f in old.iterdir():
-                f.unlink()
-            old.rmdir()
-        else:
-            tmp.rename(ckpt)
+        tmp.rename(ckpt)
+        if old.exists():
+            shutil.rmtree(old)
         return ckpt
 
     def resume(self) -> bool:
-        ckpt = self.checkpoint_dir
-        if not (ckpt / "state.json").is_file():
+        """Load the newest complete checkpoint. A crash while one was being replaced leaves the
+        previous one as checkpoint.old, or a finished new one as checkpoint.tmp (state.json is
+        written last): either is used, never a silent start from step 0."""
+        ckpt = next((c for c in (self.checkpoint_dir, self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".tmp"),
+                                 self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".old"))
+                     if (c / "state.json").is_file()), None)
+        if ckpt is None:
             return False
-        state = json.loads((ckpt / "state.json").read_text())
+        try:
+            state = json_text.loads((ckpt / "state.json").read_bytes())
+        except ValueError as exc:
+            raise DFlashError(f"{ckpt / 'state.json'}: unreadable ({exc}); the checkpoint cannot be resumed.") from None
         saved = state["settings"]
         for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init"):
             if saved.get(key) != getattr(self.s, key):

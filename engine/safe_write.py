@@ -1,0 +1,70 @@
+"""Writing files without losing what the user had.
+
+Every file the project writes is checked before any byte is written (not a folder, not one of
+the same command's inputs, a folder we can create), then written to a temporary name in the
+same folder and renamed into place: a crash leaves either the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Optional
+
+from engine.errors import DFlashError
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Path]] = ()) -> Path:
+    """The path, once it is known to be writable as `what` without touching any of `inputs`."""
+    path = Path(path)
+    if path.is_dir():
+        raise DFlashError(f"{path}: is a folder; give a file name for {what}.")
+    for given in inputs:
+        if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
+            raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")
+    parent = path.parent
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise DFlashError(f"{path}: {existing} is a file, not a folder; cannot write {what} there.")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise DFlashError(f"{path}: no permission to write in {existing}.")
+    return path
+
+
+def temporary_name(path: Path, suffix: str = ".tmp") -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}{suffix}")
+
+
+def replace_with(tmp: Path, path: Path) -> None:
+    os.replace(tmp, path)
+    try:  # make the rename itself durable where the platform allows it
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def write_atomic(path: str | Path, data: str | bytes, what: str = "the file") -> None:
+    """Write `data` to a temporary file beside `path`, flush it to disk, then rename it over `path`."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        replace_with(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DFlashError(f"{path}: cannot write {what} ({exc.strerror or exc}).") from None

@@ -1,0 +1,190 @@
+"""Nothing the user made is lost, and bad input is one line: a table of cases run through the CLI.
+
+Each case asserts exit 2, one line on stderr with no "unexpected" and no traceback, and that
+every file that existed before is byte-identical afterwards. Fault cases kill a writer with
+SIGKILL mid-write and check what is left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.cli import main as cli
+from engine.tools.trace import read_trace
+from fixtures.tiny_models import tokenizer_corpus
+
+from conftest import PROMPTS
+
+
+def _snapshot(*roots: Path) -> dict[str, str]:
+    files = {}
+    for root in roots:
+        for p in ([root] if root.is_file() else sorted(root.rglob("*"))):
+            if p.is_file():
+                files[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return files
+
+
+def _refused(argv: list[str], capsys, *keep: Path) -> str:
+    before = _snapshot(*keep)
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "unexpected" not in err and "Traceback" not in err
+    assert _snapshot(*keep) == before, "a file that existed before was changed"
+    return lines[0]
+
+
+@pytest.fixture
+def old_trace(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text('{"type": "header", "schema": "dflash-trace/1"}\n{"type": "summary"}\n')
+    return path
+
+
+BAD_GENERATE_SETTINGS = {
+    "block size 99": ["--block-size", "99"],
+    "negative temperature": ["--temperature", "-1"],
+    "top-p 0": ["--top-p", "0"],
+    "top-k past the vocabulary": ["--top-k", "100000000"],
+    "min-p 1": ["--min-p", "1"],
+    "negative seed": ["--seed", "-3"],
+    "zero max tokens": ["--max-tokens", "0"],
+    "max tokens past the limit": ["--max-tokens", "1000000000"],
+}
+
+
+@pytest.mark.parametrize("extra", BAD_GENERATE_SETTINGS.values(), ids=BAD_GENERATE_SETTINGS.keys())
+def test_a_refused_setting_leaves_the_previous_trace(qwen3_tied_dirs, old_trace, capsys, extra):
+    t, d = qwen3_tied_dirs
+    _refused(["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw",
+              "--trace", str(old_trace), *extra], capsys, old_trace)
+    assert not old_trace.with_name(old_trace.name + ".partial").exists()
+
+
+def test_the_trace_is_never_the_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(PROMPTS[0])
+    t, d = qwen3_tied_dirs
+    line = _refused(["generate", "--target", str(t), "--drafter", str(d), "--prompt-file", str(prompt),
+                     "--trace", str(prompt)], capsys, prompt)
+    assert "input" in line
+
+
+def test_export_never_replaces_its_input(old_trace, tmp_path, capsys):
+    _refused(["export", str(old_trace), "--chrome", str(old_trace)], capsys, old_trace)
+    _refused(["export", str(old_trace), "--chrome", str(tmp_path)], capsys, old_trace)  # a folder
+
+
+def test_a_finished_run_replaces_the_trace_whole(qwen3_tied_dirs, old_trace, capsys):
+    t, d = qwen3_tied_dirs
+    assert cli(["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw",
+                "--max-tokens", "12", "--trace", str(old_trace), "--json"]) == 0
+    header, records = read_trace(old_trace)
+    assert header["prompt"]["text"] == PROMPTS[0] and records[-1]["type"] == "summary"
+    assert not old_trace.with_name(old_trace.name + ".partial").exists()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    for i, text in enumerate(tokenizer_corpus()):
+        (d / f"doc{i}.py").write_text(text)
+    return d
+
+
+def _train(target, corpus, out, *extra):
+    return ["train-drafter", "--target", str(target), "--data", str(corpus), "--out", str(out), "--steps", "2",
+            "--batch", "2", "--seq-len", "48", "--block-size", "8", "--eval-every", "1", "--checkpoint-every", "1",
+            *extra]
+
+
+BAD_TRAIN_NUMBERS = {
+    "lr nan": ["--lr", "nan"], "lr inf": ["--lr", "inf"], "lr 0": ["--lr", "0"], "lr negative": ["--lr", "-1"],
+    "steps 0": ["--steps", "0"], "batch 0": ["--batch", "0"], "seq-len 1": ["--seq-len", "1"],
+    "anchors 0": ["--anchors", "0"], "block size 1": ["--block-size", "1"], "layers 0": ["--layers", "0"],
+}
+
+
+@pytest.mark.parametrize("extra", BAD_TRAIN_NUMBERS.values(), ids=BAD_TRAIN_NUMBERS.keys())
+def test_training_numbers_are_checked_first(qwen3_tied_dirs, corpus, tmp_path, capsys, extra):
+    out = tmp_path / "drafter"
+    _refused(_train(qwen3_tied_dirs[0], corpus, out, *extra), capsys, qwen3_tied_dirs[0])
+    assert not out.exists()
+
+
+def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, corpus, tmp_path, capsys):
+    target, drafter = qwen3_tied_dirs
+    line = _refused(_train(target, corpus, target), capsys, target)
+    assert "own folder" in line
+    _refused(_train(target, corpus, target, "--force"), capsys, target)  # the target: not even with --force
+    copy = tmp_path / "someone-elses-drafter"
+    shutil.copytree(drafter, copy)
+    assert "--force" in _refused(_train(target, corpus, copy), capsys, copy)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    _refused(_train(target, corpus, a_file), capsys, a_file)
+    # With --force, a drafter folder may be replaced; the result is marked as ours.
+    assert cli(_train(target, corpus, copy, "--force")) == 0
+    assert (copy / "train_drafter.json").is_file()
+    capsys.readouterr()
+
+
+def test_a_crash_mid_checkpoint_resumes_from_the_saved_step(qwen3_tied_dirs, corpus, tmp_path, capsys):
+    out = tmp_path / "drafter"
+    assert cli(_train(qwen3_tied_dirs[0], corpus, out)) == 0
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 2
+    # A kill between the two renames of a checkpoint swap leaves only checkpoint.old.
+    (out / "checkpoint").rename(out / "checkpoint.old")
+    assert cli(_train(qwen3_tied_dirs[0], corpus, out)) == 2  # not silently started anew
+    assert "--resume" in capsys.readouterr().err
+    assert cli(_train(qwen3_tied_dirs[0], corpus, out, "--resume")) == 0
+    assert "resumed from step 2" in capsys.readouterr().err
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 2
+    assert not (out / "checkpoint.old").exists()
+
+
+def test_resume_without_a_checkpoint_says_so(qwen3_tied_dirs, corpus, tmp_path, capsys):
+    line = _refused(_train(qwen3_tied_dirs[0], corpus, tmp_path / "empty", "--resume"), capsys,
+                    qwen3_tied_dirs[0])
+    assert "no checkpoint" in line
+
+
+def test_kill_9_mid_trace_keeps_the_old_trace_and_a_readable_prefix(qwen3_tied_dirs, old_trace):
+    """SIGKILL while a trace is written: the earlier trace is untouched and what was written reads back."""
+    t, d = qwen3_tied_dirs
+    before = old_trace.read_bytes()
+    partial = old_trace.with_name(old_trace.name + ".partial")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get(
+        "PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "generate", "--target", str(t), "--drafter", str(d),
+                             "--prompt", PROMPTS[0], "--raw", "--max-tokens", "1000000", "--block-size", "2",
+                             "--trace", str(old_trace), "--json"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for a few rounds on disk, then kill
+            if partial.exists() and partial.read_text().count('"type": "round"') >= 3:
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        else:
+            pytest.fail("no rounds were written within 120 s")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert old_trace.read_bytes() == before
+    header, records = read_trace(partial)
+    assert header["schema"] == "dflash-trace/1" and any(r["type"] == "round" for r in records)
