@@ -132,7 +132,7 @@ def test_cancel_mid_load(qtbot, make_window, qwen3_tied_dirs, blocking_target_lo
 
 def test_close_during_a_run_exits_cleanly(qtbot, make_window, qwen3_tied_dirs):
     w = make_window()
-    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=20000)
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000)  # the fixtures' context is 4096
     w.start_run()
     qtbot.waitUntil(lambda: w.rounds.rounds_model.rowCount() > 0, timeout=60_000)
     w.close()

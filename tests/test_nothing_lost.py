@@ -170,7 +170,7 @@ def test_kill_9_mid_trace_keeps_the_old_trace_and_a_readable_prefix(qwen3_tied_d
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get(
         "PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "generate", "--target", str(t), "--drafter", str(d),
-                             "--prompt", PROMPTS[0], "--raw", "--max-tokens", "1000000", "--block-size", "2",
+                             "--prompt", PROMPTS[0], "--raw", "--max-tokens", "4000", "--block-size", "2",
                              "--trace", str(old_trace), "--json"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -188,3 +188,52 @@ def test_kill_9_mid_trace_keeps_the_old_trace_and_a_readable_prefix(qwen3_tied_d
     assert old_trace.read_bytes() == before
     header, records = read_trace(partial)
     assert header["schema"] == "dflash-trace/1" and any(r["type"] == "round" for r in records)
+
+
+class _CancelAfterFirstChunk:
+    """A cancel token that reads as not cancelled once (before the first prefill chunk), then cancelled."""
+
+    def __init__(self):
+        self.reads = 0
+
+    @property
+    def cancelled(self) -> bool:
+        self.reads += 1
+        return self.reads > 1
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_stop_reaches_prefill_between_chunks(qwen3_pair, monkeypatch):
+    import engine.decode.decoder as decoder
+    from engine.decode.events import SummaryEvent, TextEvent
+    from engine.decode.settings import GenerationSettings
+
+    monkeypatch.setattr(decoder, "PREFILL_STEP", 4)
+    ids = list(range(100, 140))  # 10 chunks of 4
+    cancel = _CancelAfterFirstChunk()
+    events = list(decoder.generate(qwen3_pair, ids, GenerationSettings(max_tokens=8), cancel))
+    summary = events[-1]
+    assert isinstance(summary, SummaryEvent) and summary.stop_reason == "cancelled"
+    assert summary.num_generated == 0 and not any(isinstance(e, TextEvent) for e in events)
+    assert cancel.reads == 2  # checked before chunk 1 and chunk 2; the other 8 never ran
+
+
+def test_prompts_longer_than_the_context_are_refused(qwen3_pair, qwen3_tied_dirs, tmp_path, capsys):
+    from engine.decode.decoder import generate
+    from engine.decode.settings import GenerationSettings
+    from engine.errors import SettingsError
+
+    context = 4096  # the fixtures' max_position_embeddings
+    with pytest.raises(SettingsError, match="context is 4096"):
+        next(generate(qwen3_pair, [100] * context, GenerationSettings(max_tokens=4)))
+    with pytest.raises(SettingsError, match="max tokens 96 or fewer"):
+        next(generate(qwen3_pair, [100] * (context - 96), GenerationSettings(max_tokens=200)))
+    # bench checks every prompt before it measures any, and names the one at fault
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n" + json.dumps({"prompt": "x " * 5000}) + "\n")
+    t, d = qwen3_tied_dirs
+    line = _refused(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts), "--raw"],
+                    capsys, prompts)
+    assert line.startswith("error: prompt 2 ")

@@ -23,6 +23,7 @@ from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings
 from engine.decode.stats import RoundStats
 from engine.errors import SettingsError
+from engine.models.drafter_config import flat_config
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime.streams import STREAM
@@ -48,12 +49,35 @@ def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000.0, 4)
 
 
-def prefill(pair: LoadedPair, cache: list, prompt_ids: list[int], record_taps: bool):
-    """Run the prompt through the target; (last-position logits, taps (1, n, k*H) or None)."""
+def check_prompt(pair: LoadedPair, prompt_ids: list[int], max_tokens: int) -> None:
+    """A prompt the target can take: not empty, and with the output inside its context."""
+    if not prompt_ids:
+        raise SettingsError("the prompt is empty; give at least one token.")
+    context = context_length(pair)
+    if context and len(prompt_ids) >= context:
+        raise SettingsError(f"the prompt has {len(prompt_ids)} tokens, but the target's context is {context} "
+                            "(max_position_embeddings); shorten the prompt.")
+    if context and len(prompt_ids) + max_tokens > context:
+        raise SettingsError(f"the prompt ({len(prompt_ids)} tokens) plus max tokens ({max_tokens}) passes the "
+                            f"target's context of {context} (max_position_embeddings); use max tokens "
+                            f"{context - len(prompt_ids)} or fewer.")
+
+
+def context_length(pair: LoadedPair) -> Optional[int]:
+    value = flat_config(pair.target_config).get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def prefill(pair: LoadedPair, cache: list, prompt_ids: list[int], record_taps: bool,
+            cancel: Optional[CancelToken] = None):
+    """Run the prompt through the target in chunks; (last-position logits, taps (1, n, k*H) or None).
+    Cancel is checked between chunks: (None, None) when it stopped the prefill."""
     chunks = []
     logits = None
     ids = mx.array(prompt_ids)
     for start in range(0, len(prompt_ids), PREFILL_STEP):
+        if cancel is not None and cancel.cancelled:
+            return None, None
         if record_taps:
             with pair.taps.capture():
                 logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)
@@ -92,7 +116,13 @@ class Decoder:
         yield StartEvent(s.mode, s.to_dict(), self.pair.facts(), list(self.prompt_ids))
         mx.reset_peak_memory()
         t_start = time.perf_counter()
-        last_logits, context = prefill(self.pair, self.cache, self.prompt_ids, record_taps=self.block > 1)
+        last_logits, context = prefill(self.pair, self.cache, self.prompt_ids, record_taps=self.block > 1,
+                                       cancel=self.cancel)
+        if last_logits is None:  # stopped during prefill: nothing was generated
+            self.t_first = time.perf_counter()
+            self.out.stop_reason = "cancelled"
+            yield self.summary(t_start, self.t_first)
+            return
         y = self.sampler.sample(last_logits)
         first = int(y.item())
         self.t_first = time.perf_counter()
@@ -249,8 +279,7 @@ def generate(
 ) -> Iterator[Event]:
     """Yield a StartEvent, then RoundEvents (DFlash) and TextEvents, then a SummaryEvent."""
     settings = settings.resolved(pair)
-    if not prompt_ids:
-        raise SettingsError("the prompt is empty; give at least one token.")
+    check_prompt(pair, list(prompt_ids), settings.max_tokens)
     cls = DFlashDecoder if settings.mode == "dflash" else Decoder
     with mx.stream(STREAM):
         decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel)

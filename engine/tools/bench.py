@@ -11,7 +11,7 @@ from engine.runtime import blas
 from engine.errors import DFlashError
 from engine.decode.events import RoundEvent, SummaryEvent
 from engine.decode.stats import RoundStats
-from engine.decode.decoder import CancelToken, generate
+from engine.decode.decoder import CancelToken, check_prompt, generate
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import round_in_ar_steps
 from engine.models.pair import LoadedPair
@@ -86,6 +86,12 @@ def run_bench(
     """Warm up, then per prompt and repeat run AR then DFlash; overall and per-prompt figures."""
     if repeats < 1:
         raise DFlashError(f"repeats {repeats} must be at least 1.")
+    settings.resolved(pair)
+    for n, (text, ids) in enumerate(prompts, 1):  # every prompt checked before any is measured
+        try:
+            check_prompt(pair, ids, settings.max_tokens)
+        except DFlashError as exc:
+            raise DFlashError(f"prompt {n} ({text[:40]!r}): {exc}") from None
     ar_settings, df_settings = replace(settings, mode="ar"), replace(settings, mode="dflash")
     warm_ids = prompts[0][1]
     progress("warm-up")
