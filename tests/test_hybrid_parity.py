@@ -91,9 +91,13 @@ def test_greedy_parity_through_partial_accepts(hybrid_pairs, kind, mode):
 
 
 def test_greedy_parity_full_block_and_odd_block(hybrid_pairs):
-    """Blocks of 16 (the published size) and 3 on the MoE target."""
+    """The drafter's whole block and an odd block of 3 on the MoE target; a larger block than the
+    drafter drafts is refused with its range."""
     pair = hybrid_pairs["qwen3_5_moe"]
-    for block in (16, 3):
+    own = pair.drafter.cfg.block_size
+    with pytest.raises(SettingsError, match=f"outside 1..{own}"):
+        GenerationSettings(block_size=own + 1).resolved(pair)
+    for block in (own, 3):
         _, _, rounds = parity_with_partial_accepts(pair, PROMPTS[0], block_size=block)
         assert partial(rounds) >= 3, block
 

@@ -71,9 +71,12 @@ class GenerationSettings:
             return replace(self, block_size=None)
         if pair.drafter is None:
             raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
-        block = self.block_size or pair.drafter.cfg.block_size
-        if not 1 <= block <= MAX_BLOCK:
-            raise SettingsError(f"block size {block} is outside 1..{MAX_BLOCK}.")
+        own = pair.drafter.cfg.block_size
+        block = self.block_size or own
+        high = min(own, MAX_BLOCK)
+        if not 1 <= block <= high:
+            why = f" (this drafter drafts blocks of {own})" if own < MAX_BLOCK and block <= MAX_BLOCK else ""
+            raise SettingsError(f"block size {block} is outside 1..{high}{why}.")
         return replace(self, block_size=block)
 
     def to_dict(self) -> dict:

@@ -33,12 +33,50 @@ def target_dims(config: dict[str, Any]) -> dict[str, Any]:
     return {k: merged.get(k) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")}
 
 
+# Far past any published model: a size beyond these is a corrupt or hostile config, and building
+# the model from it would exhaust memory before any weight is read.
+TARGET_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 1 << 17, "vocab_size": 1 << 23,
+                 "intermediate_size": 1 << 20, "num_attention_heads": 4096, "num_key_value_heads": 4096,
+                 "head_dim": 4096, "max_position_embeddings": 1 << 30}
+
+
+def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
+    """The target's sizes are positive integers within TARGET_LIMITS, and its heads divide."""
+    for key, limit in TARGET_LIMITS.items():
+        value = config.get(key)
+        if value is None and key not in ("num_hidden_layers", "hidden_size", "vocab_size"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+            raise DFlashError(f"{config_file}: field '{key}' should be a positive integer up to {limit}, "
+                              f"found {value!r}.")
+    if not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise DFlashError(f"{config_file}: field 'model_type' should name the model family, found "
+                          f"{config.get('model_type')!r}.")
+    for key, high in (("rope_theta", 1e12), ("rms_norm_eps", 1.0), ("layer_norm_eps", 1.0)):
+        value = config.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                  or not 0 < value < high):
+            raise DFlashError(f"{config_file}: field '{key}' should be a positive number below {high:g}, "
+                              f"found {value!r}.")
+    if "tie_word_embeddings" in config and not isinstance(config["tie_word_embeddings"], bool):
+        raise DFlashError(f"{config_file}: field 'tie_word_embeddings' should be true or false, found "
+                          f"{config['tie_word_embeddings']!r}.")
+    heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        raise DFlashError(f"{config_file}: 'num_attention_heads' {heads} is not a multiple of "
+                          f"'num_key_value_heads' {kv}.")
+    if heads and not config.get("head_dim") and config["hidden_size"] % heads:
+        raise DFlashError(f"{config_file}: 'hidden_size' {config['hidden_size']} is not a multiple of "
+                          f"'num_attention_heads' {heads} (and no 'head_dim' is given).")
+
+
 def check_target_files(path: Path) -> dict[str, Any]:
     config = read_config_json(path)
     dims = target_dims(config)
     for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
-        if not isinstance(dims[key], int):
+        if not isinstance(dims[key], int) or isinstance(dims[key], bool):
             raise DFlashError(f"{path / 'config.json'}: required field '{key}' is missing or not an integer.")
+    check_target_sizes(path / "config.json", flat_config(config))
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")

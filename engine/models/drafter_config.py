@@ -9,6 +9,7 @@ default collapses long-context acceptance.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,14 @@ def _field(raw: dict, path: Path, name: str, kind: type, *sources: dict) -> Any:
     raise CheckpointError(f"{path}: required field '{name}' is missing.")
 
 
+def _positive(path: Path, name: str, value: Any, kind: type = int) -> Any:
+    """A number > 0 of the given kind (int, or float accepting ints); else one sentence naming it."""
+    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    if not ok or not value > 0 or (kind is float and not math.isfinite(value)):
+        raise CheckpointError(f"{path}: field '{name}' should be a positive {kind.__name__}, found {value!r}.")
+    return float(value) if kind is float else value
+
+
 def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
     """Validate a drafter config dict; `path` names the file in error messages."""
     dflash = raw.get("dflash_config")
@@ -105,13 +114,18 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         raise CheckpointError(
             f"{path}: field 'dflash_config' is missing, so this is not a DFlash drafter config."
         )
-    hidden = _field(raw, path, "hidden_size", int)
-    layers = _field(raw, path, "num_hidden_layers", int)
-    heads = _field(raw, path, "num_attention_heads", int)
-    kv_heads = raw.get("num_key_value_heads") or heads
-    head_dim = raw.get("head_dim") or hidden // heads
+    hidden = _positive(path, "hidden_size", _field(raw, path, "hidden_size", int))
+    layers = _positive(path, "num_hidden_layers", _field(raw, path, "num_hidden_layers", int))
+    heads = _positive(path, "num_attention_heads", _field(raw, path, "num_attention_heads", int))
+    kv_heads = _positive(path, "num_key_value_heads", raw.get("num_key_value_heads") or heads)
+    if heads % kv_heads:
+        raise CheckpointError(f"{path}: 'num_attention_heads' {heads} is not a multiple of "
+                              f"'num_key_value_heads' {kv_heads}.")
+    head_dim = _positive(path, "head_dim", raw.get("head_dim") or hidden // heads)
     block_size = _field(raw, path, "block_size", int, dflash, raw)
     mask_id = _field(raw, path, "mask_token_id", int, dflash)
+    if layers > 1024 or hidden > 1 << 20 or heads * head_dim > 1 << 20:
+        raise CheckpointError(f"{path}: sizes {layers} layers x hidden {hidden} are beyond any real drafter.")
 
     rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
     rope_theta = raw.get("rope_theta", rope_params.get("rope_theta"))
@@ -120,7 +134,10 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
             f"{path}: 'rope_theta' is absent both at top level and under 'rope_parameters'; "
             "it must be given (a guessed value silently ruins long-context acceptance)."
         )
+    rope_theta = _positive(path, "rope_theta", rope_theta, float)
     rope_scaling = raw.get("rope_scaling")
+    if rope_scaling is not None and not isinstance(rope_scaling, dict):
+        raise CheckpointError(f"{path}: 'rope_scaling' must be an object or null, found {rope_scaling!r}.")
     if rope_scaling is None and rope_params.get("rope_type", "default") != "default":
         rope_scaling = rope_params
 
@@ -132,12 +149,13 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
                 f"{path}: neither 'dflash_config.target_layer_ids' nor 'num_target_layers' is given, "
                 "so the target layers to tap are unknown."
             )
-        tap_ids = default_target_layer_ids(num_target_layers, layers)
+        tap_ids = default_target_layer_ids(_positive(path, "num_target_layers", num_target_layers), layers)
     if not (isinstance(tap_ids, list) and tap_ids and all(isinstance(i, int) for i in tap_ids)):
         raise CheckpointError(f"{path}: 'dflash_config.target_layer_ids' must be a list of layer ids.")
 
     layer_types = raw.get("layer_types") or [FULL] * layers
-    if len(layer_types) != layers or any(t not in (FULL, SLIDING) for t in layer_types):
+    if not isinstance(layer_types, list) or len(layer_types) != layers \
+            or any(t not in (FULL, SLIDING) for t in layer_types):
         raise CheckpointError(
             f"{path}: 'layer_types' must list {layers} entries of '{FULL}' or '{SLIDING}'."
         )
@@ -158,9 +176,9 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=_field(raw, path, "intermediate_size", int),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        vocab_size=_field(raw, path, "vocab_size", int),
+        intermediate_size=_positive(path, "intermediate_size", _field(raw, path, "intermediate_size", int)),
+        rms_norm_eps=_positive(path, "rms_norm_eps", raw.get("rms_norm_eps", 1e-6), float),
+        vocab_size=_positive(path, "vocab_size", _field(raw, path, "vocab_size", int)),
         block_size=block_size,
         mask_token_id=mask_id,
         target_layer_ids=list(tap_ids),
@@ -170,7 +188,7 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         layer_types=list(layer_types),
         sliding_window=window,
         is_causal=is_causal,
-        max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
+        max_position_embeddings=_positive(path, "max_position_embeddings", raw.get("max_position_embeddings", 32768)),
         raw=raw,
     )
 

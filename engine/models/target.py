@@ -120,4 +120,5 @@ def load_target(path: Path):
     except CheckpointError:
         raise
     except Exception as exc:
-        raise CheckpointError(f"{path}: mlx-lm could not load this target ({type(exc).__name__}: {exc}).") from None
+        detail = " ".join(str(exc).split())[:300]  # mlx-lm's messages can span lines
+        raise CheckpointError(f"{path}: mlx-lm could not load this target ({type(exc).__name__}: {detail}).") from None

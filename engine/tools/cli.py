@@ -345,7 +345,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
     except DFlashError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, always
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted.", file=sys.stderr)
