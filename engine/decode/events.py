@@ -72,6 +72,41 @@ def to_dict(event: Event) -> dict[str, Any]:
     return asdict(event)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and v == v
+
+
+# What each annotation (as written above) accepts in a record read back from a file.
+_CHECKS = {
+    "int": _is_int,
+    "float": _is_number,
+    "str": lambda v: isinstance(v, str),
+    "int | None": lambda v: v is None or _is_int(v),
+    "float | None": lambda v: v is None or _is_number(v),
+    "list[int]": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
+    "list[float]": lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
+    "dict[str, Any]": lambda v: isinstance(v, dict),
+}
+
+
 def from_dict(data: dict[str, Any]) -> Event:
+    """The event a record holds; ValueError naming the field when a record (from a trace file:
+    anything can be in it) is missing one or holds the wrong kind of value."""
     cls = EVENT_TYPES[data["type"]]
-    return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    values = {}
+    for name, f in cls.__dataclass_fields__.items():
+        if name not in data:
+            if name == "type":
+                continue
+            raise ValueError(f"its {data['type']} record has no '{name}'")
+        check = _CHECKS.get(str(f.type))
+        if check is not None and not check(data[name]):
+            raise ValueError(f"its {data['type']} record has '{name}' = {data[name]!r:.40}, not {f.type}")
+        values[name] = data[name]
+    if cls is RoundEvent and not 0 <= values["accepted"] <= len(values["drafted"]):
+        raise ValueError(f"round {values['index']} accepted {values['accepted']} of {len(values['drafted'])} drafts")
+    return cls(**values)

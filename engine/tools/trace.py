@@ -12,7 +12,9 @@ from engine import json_text
 from engine.errors import DFlashError
 from engine.safe_write import check_output, replace_with, write_atomic
 from engine.tools.textfiles import read_text
-from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, to_dict
+from engine.decode.events import (
+    EVENT_TYPES, Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, from_dict, to_dict,
+)
 
 SCHEMA = "dflash-trace/1"
 
@@ -127,6 +129,19 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         records.append(record)
     if not records or records[0].get("type") != "header" or records[0].get("schema") != SCHEMA:
         raise DFlashError(f"{path}: no '{SCHEMA}' header on the first line; this is not a dflash trace.")
+    header = records[0]
+    for key, kind in (("mode", str), ("settings", dict), ("prompt_ids", list), ("model", dict), ("prompt", dict),
+                      ("device", str), ("target", str), ("drafter", str)):
+        if header.get(key) is not None and not isinstance(header[key], kind):
+            raise DFlashError(f"{path}: line 1: the header's '{key}' is not a {kind.__name__}; the trace is damaged.")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in header.get("prompt_ids") or []):
+        raise DFlashError(f"{path}: line 1: the header's 'prompt_ids' are not all token ids; the trace is damaged.")
+    for n, record in enumerate(records[1:], 2):  # every record a reader will use, checked once here
+        if record.get("type") in EVENT_TYPES and record.get("type") != "start":
+            try:
+                from_dict(record)
+            except ValueError as exc:
+                raise DFlashError(f"{path}: line {n}: {exc}; the trace is damaged.") from None
     return records[0], records[1:]
 
 
