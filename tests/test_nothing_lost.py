@@ -283,3 +283,69 @@ def test_a_damaged_trace_is_one_sentence_and_the_window_stays_usable(qwen3_tied_
             assert opened == (len(window.errors) == before), field  # opened, or one error shown
     finally:
         window.close()
+
+
+def _kill_when(proc, ready, what: str, timeout: float = 120) -> None:
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            assert proc.poll() is None, f"the process ended before {what}"
+            time.sleep(0.02)
+        pytest.fail(f"no {what} within {timeout} s")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def _env():
+    root = str(Path(__file__).parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+
+
+def test_kill_9_mid_training_resumes_from_a_checkpoint(qwen3_tied_dirs, corpus, tmp_path, capsys):
+    """SIGKILL while train-drafter checkpoints every step: --resume continues from a saved step."""
+    out = tmp_path / "drafter"
+    argv = _train(qwen3_tied_dirs[0], corpus, out, "--steps", "150")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", *argv], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def saved_a_few() -> bool:
+        for name in ("checkpoint", "checkpoint.tmp", "checkpoint.old"):
+            try:
+                if json.loads((out / name / "state.json").read_text())["step"] >= 3:
+                    return True
+            except (OSError, ValueError, KeyError):
+                pass
+        return False
+
+    _kill_when(proc, saved_a_few, "three checkpoints")
+    assert cli(argv + ["--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "resumed from step " in err
+    step = int(err.split("resumed from step ")[1].split()[0])
+    assert step >= 3
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 150
+
+
+def test_kill_9_mid_settings_save_leaves_settings_that_load(tmp_path):
+    """SIGKILL while the window's settings are saved over and over: what is left loads cleanly."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from pathlib import Path\n"
+        "from app.settings import AppSettings, save_settings\n"
+        "path = Path(sys.argv[2]); n = 0\n"
+        "while True:\n"
+        "    n += 1\n"
+        "    save_settings(AppSettings(seed=n % 1000, prompt='x' * 200_000), path)\n"
+        "    if n == 3: Path(sys.argv[3]).touch()\n"
+    )
+    path, started = tmp_path / "settings.json", tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent.parent), str(path), str(started)],
+                            env=_env())
+    _kill_when(proc, started.exists, "three saves")
+    from app.settings import load_settings
+
+    settings, notice = load_settings(path)
+    assert notice is None and settings.prompt == "x" * 200_000
