@@ -96,3 +96,12 @@ def oracle_eos_dirs(models_root, tokenizer_dir, oracle_ids):
 def alternating_dirs(models_root, tokenizer_dir, oracle_ids):
     """Oracle whose target alternates second/third: each round accepts exactly one draft."""
     return tm.write_oracle_pair(models_root / "alt", tokenizer_dir, *oracle_ids, third=300, name="alt")
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory):
+    """Training text: the fixtures' tokenizer corpus as .py files."""
+    d = tmp_path_factory.mktemp("corpus")
+    for i, text in enumerate(tm.tokenizer_corpus()):
+        (d / f"doc{i}.py").write_text(text)
+    return d

@@ -21,7 +21,6 @@ import pytest
 
 from app.cli import main as cli
 from engine.tools.trace import read_trace
-from fixtures.tiny_models import tokenizer_corpus
 
 from conftest import PROMPTS
 
@@ -96,16 +95,8 @@ def test_a_finished_run_replaces_the_trace_whole(qwen3_tied_dirs, old_trace, cap
     assert not old_trace.with_name(old_trace.name + ".partial").exists()
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("corpus")
-    for i, text in enumerate(tokenizer_corpus()):
-        (d / f"doc{i}.py").write_text(text)
-    return d
-
-
-def _train(target, corpus, out, *extra):
-    return ["train-drafter", "--target", str(target), "--data", str(corpus), "--out", str(out), "--steps", "2",
+def _train(target, corpus_dir, out, *extra):
+    return ["train-drafter", "--target", str(target), "--data", str(corpus_dir), "--out", str(out), "--steps", "2",
             "--batch", "2", "--seq-len", "48", "--block-size", "8", "--eval-every", "1", "--checkpoint-every", "1",
             *extra]
 
@@ -118,46 +109,46 @@ BAD_TRAIN_NUMBERS = {
 
 
 @pytest.mark.parametrize("extra", BAD_TRAIN_NUMBERS.values(), ids=BAD_TRAIN_NUMBERS.keys())
-def test_training_numbers_are_checked_first(qwen3_tied_dirs, corpus, tmp_path, capsys, extra):
+def test_training_numbers_are_checked_first(qwen3_tied_dirs, corpus_dir, tmp_path, capsys, extra):
     out = tmp_path / "drafter"
-    _refused(_train(qwen3_tied_dirs[0], corpus, out, *extra), capsys, qwen3_tied_dirs[0])
+    _refused(_train(qwen3_tied_dirs[0], corpus_dir, out, *extra), capsys, qwen3_tied_dirs[0])
     assert not out.exists()
 
 
-def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, corpus, tmp_path, capsys):
+def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     target, drafter = qwen3_tied_dirs
-    line = _refused(_train(target, corpus, target), capsys, target)
+    line = _refused(_train(target, corpus_dir, target), capsys, target)
     assert "own folder" in line
-    _refused(_train(target, corpus, target, "--force"), capsys, target)  # the target: not even with --force
+    _refused(_train(target, corpus_dir, target, "--force"), capsys, target)  # the target: not even with --force
     copy = tmp_path / "someone-elses-drafter"
     shutil.copytree(drafter, copy)
-    assert "--force" in _refused(_train(target, corpus, copy), capsys, copy)
+    assert "--force" in _refused(_train(target, corpus_dir, copy), capsys, copy)
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
-    _refused(_train(target, corpus, a_file), capsys, a_file)
+    _refused(_train(target, corpus_dir, a_file), capsys, a_file)
     # With --force, a drafter folder may be replaced; the result is marked as ours.
-    assert cli(_train(target, corpus, copy, "--force")) == 0
+    assert cli(_train(target, corpus_dir, copy, "--force")) == 0
     assert (copy / "train_drafter.json").is_file()
     capsys.readouterr()
 
 
-def test_a_crash_mid_checkpoint_resumes_from_the_saved_step(qwen3_tied_dirs, corpus, tmp_path, capsys):
+def test_a_crash_mid_checkpoint_resumes_from_the_saved_step(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     out = tmp_path / "drafter"
-    assert cli(_train(qwen3_tied_dirs[0], corpus, out)) == 0
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out)) == 0
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2
     # A kill between the two renames of a checkpoint swap leaves only checkpoint.old.
     (out / "checkpoint").rename(out / "checkpoint.old")
-    assert cli(_train(qwen3_tied_dirs[0], corpus, out)) == 2  # not silently started anew
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out)) == 2  # not silently started anew
     assert "--resume" in capsys.readouterr().err
-    assert cli(_train(qwen3_tied_dirs[0], corpus, out, "--resume")) == 0
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out, "--resume")) == 0
     assert "resumed from step 2" in capsys.readouterr().err
     assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 2
     assert not (out / "checkpoint.old").exists()
 
 
-def test_resume_without_a_checkpoint_says_so(qwen3_tied_dirs, corpus, tmp_path, capsys):
-    line = _refused(_train(qwen3_tied_dirs[0], corpus, tmp_path / "empty", "--resume"), capsys,
+def test_resume_without_a_checkpoint_says_so(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    line = _refused(_train(qwen3_tied_dirs[0], corpus_dir, tmp_path / "empty", "--resume"), capsys,
                     qwen3_tied_dirs[0])
     assert "no checkpoint" in line
 
@@ -304,10 +295,10 @@ def _env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
 
 
-def test_kill_9_mid_training_resumes_from_a_checkpoint(qwen3_tied_dirs, corpus, tmp_path, capsys):
+def test_kill_9_mid_training_resumes_from_a_checkpoint(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     """SIGKILL while train-drafter checkpoints every step: --resume continues from a saved step."""
     out = tmp_path / "drafter"
-    argv = _train(qwen3_tied_dirs[0], corpus, out, "--steps", "150")
+    argv = _train(qwen3_tied_dirs[0], corpus_dir, out, "--steps", "150")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", *argv], env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

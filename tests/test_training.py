@@ -15,7 +15,7 @@ from engine.decode.settings import GenerationSettings
 from engine.tools.parity import run_parity
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
-from fixtures.tiny_models import drafter_config_dict, tokenizer_corpus
+from fixtures.tiny_models import drafter_config_dict
 from engine.training.data import read_texts, token_stream
 from engine.training.trainer import DrafterTrainer, TrainSettings
 
@@ -23,14 +23,6 @@ from conftest import PROMPTS
 
 SMALL = TrainSettings(layers=1, block_size=8, steps=6, batch=2, seq_len=48, anchors=4, lr=3e-3, warmup=2,
                       eval_every=3, eval_fraction=0.1)
-
-
-@pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("corpus")
-    for i, text in enumerate(tokenizer_corpus()):
-        (d / f"doc{i}.py").write_text(text)
-    return d
 
 
 def make_trainer(target_dir, corpus_dir, out, settings):
