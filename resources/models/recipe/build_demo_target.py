@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--run-dir", default=str(REPO / "runs/demo-target"), help="checkpoints, token cache")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--init-from", metavar="MODEL_DIR",
+                    help="start from this target's weights (e.g. the shipped demo-target) instead of random "
+                         "ones; its tokenizer.json must equal the one this recipe trains")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -366,6 +369,15 @@ def main(argv=None) -> None:
     mx.eval(model.parameters())
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     log(f"model: {n_params:,} params ({n_params * 4 / 1e6:.1f} MB fp32)")
+
+    if args.init_from and not args.resume:
+        init = Path(args.init_from)
+        if (init / "tokenizer.json").read_bytes() != (data["tok_dir"] / "tokenizer.json").read_bytes():
+            raise SystemExit(f"--init-from {init}: its tokenizer differs from the one this recipe trains; "
+                             "the weights would not fit the token ids.")
+        model.load_weights(str(init / "model.safetensors"), strict=True)
+        mx.eval(model.parameters())
+        log(f"init: weights from {init}")
 
     opt = optim.AdamW(learning_rate=lr_schedule(args), weight_decay=args.weight_decay)
     opt.init(model.trainable_parameters())
