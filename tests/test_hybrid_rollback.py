@@ -81,8 +81,8 @@ def test_replay_and_rerun_restore_the_accepted_state(model, accepted):
         cache = prefilled(model, prompt)
         rollback = make_rollback(model, cache, prefer=mode)
         assert isinstance(rollback, HybridRollback) and rollback.mode == mode
-        rollback.before_verify()
-        mx.eval(model(block, cache=cache))
+        with rollback.recording():
+            mx.eval(model(block, cache=cache))
         rollback.after_verify(accepted, BLOCK)
         restored[mode] = cache
 
@@ -107,24 +107,25 @@ def test_replay_and_rerun_restore_the_accepted_state(model, accepted):
 def test_full_accept_replays_nothing(model):
     cache = prefilled(model, tokens(9, 6))
     rollback = make_rollback(model, cache)
-    rollback.before_verify()
-    model(tokens(BLOCK, 7), cache=cache)
+    with rollback.recording():
+        model(tokens(BLOCK, 7), cache=cache)
     recurrent = [c for c in cache if isinstance(c, ArraysCache)]
     after_verify = [(c[0], c[1]) for c in recurrent]
     offsets = [c.offset for c in cache if isinstance(c, KVCache)]
     rollback.after_verify(BLOCK - 1, BLOCK)
     assert all(c[0] is conv and c[1] is state for c, (conv, state) in zip(recurrent, after_verify))  # untouched
     assert [c.offset for c in cache if isinstance(c, KVCache)] == offsets
-    assert all(getattr(c, "dflash_tape", None) is None for c in cache)  # the tape is dropped
+    assert rollback.tapes == {}  # the tape is dropped
 
 
 def test_tape_holds_fp32_innovations(model):
     cache = prefilled(model, tokens(5, 8))
     rollback = make_rollback(model, cache)
-    rollback.before_verify()
-    model(tokens(BLOCK, 9), cache=cache)
+    with rollback.recording():
+        model(tokens(BLOCK, 9), cache=cache)
+    model(tokens(1, 10), cache=cache)  # a step outside the block records nothing: the tapes keep BLOCK steps
     for _, c, keep in rollback.recurrent:
-        tape = c.dflash_tape
+        tape = rollback.tapes[id(c)]
         assert tape.recorded and tape.delta.dtype == mx.float32 and tape.g.dtype == mx.float32
         assert tape.delta.shape[1] == tape.k.shape[1] == tape.g.shape[1] == BLOCK
         assert tape.conv_input.shape[1] == keep + BLOCK

@@ -225,8 +225,7 @@ class DFlashDecoder(Decoder):
         t1 = time.perf_counter()
 
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
-        self.rollback.before_verify()
-        with self.taps.capture(self.block > 1):
+        with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
         result = accept(self.sampler, logits, drafts, logq)
         new_taps = self.taps.concatenated() if self.block > 1 else None

@@ -24,7 +24,7 @@ import mlx.nn as nn
 
 from engine.decode.settings import ROLLBACK_MODES
 from engine.errors import DFlashError
-from engine.models.gdn_tape import GDNTape, gdn_layers, instrument
+from engine.models.gdn_tape import GDNTape, gdn_layers, instrument, recording
 from kernels import gated_delta_rerun, tape_replay
 
 
@@ -41,16 +41,16 @@ class HybridRollback:
         recurrent = {i: mixer.conv_kernel_size - 1 for i, mixer in gdn_layers(model)}
         self.recurrent = [(i, cache[i], keep) for i, keep in recurrent.items()]
         self.trimmable = [c for i, c in enumerate(cache) if i not in recurrent]
+        self.tapes: dict[int, GDNTape] = {}  # id(cache) -> what the last verify recorded
 
-    def before_verify(self) -> None:
-        for _, c, _ in self.recurrent:
-            c.dflash_tape = GDNTape(keep_inputs=self.mode == "rerun")
+    def recording(self):
+        """Open around the verify forward: every GatedDeltaNet layer records its tape."""
+        self.tapes = {id(c): GDNTape(keep_inputs=self.mode == "rerun") for _, c, _ in self.recurrent}
+        return recording(self.tapes)
 
     def after_verify(self, accepted: int, length: int) -> None:
-        tapes = []
-        for i, c, keep in self.recurrent:
-            tapes.append((i, c, keep, c.dflash_tape))
-            c.dflash_tape = None
+        tapes = [(i, c, keep, self.tapes.get(id(c))) for i, c, keep in self.recurrent]
+        self.tapes = {}
         n = accepted + 1
         if n >= length:
             return  # everything accepted: the caches hold the state after the whole block

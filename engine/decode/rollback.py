@@ -2,11 +2,12 @@
 
 Attention KV caches are trimmed. Recurrent (GatedDeltaNet) layers cannot be trimmed:
 hybrid targets get engine/decode/hybrid_rollback.py (tape replay or re-run). The
-round loop only calls before_verify / after_verify.
+round loop opens `recording()` around the verify forward and calls `after_verify`.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import mlx.nn as nn
@@ -25,8 +26,8 @@ class KVTrimRollback:
     def __init__(self, model: nn.Module, cache: list):
         self.cache = cache
 
-    def before_verify(self) -> None:
-        pass
+    def recording(self):
+        return nullcontext()  # attention caches need no record: trimming is enough
 
     def after_verify(self, accepted: int, length: int) -> None:
         trim = length - accepted - 1

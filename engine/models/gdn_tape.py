@@ -5,8 +5,8 @@ technique engine/models/taps.py uses for taps, engine/models/layer_swap.py; mlx-
 weights keep their names). The subclass runs the same layer, with the
 recurrence going through `kernels.gated_delta_tape`, so single steps (AR
 decoding, prefill) and multi-step verify blocks share one implementation and
-one sequential arithmetic. When its cache carries a `dflash_tape`, the layer
-also records what a rollback needs: the state and conv inputs before the block,
+one sequential arithmetic. Inside `recording(tapes)` (the rollback opens it around a
+verify), a layer whose cache has a tape there also records what a rollback needs: the state and conv inputs before the block,
 and per step k_t, g_t and the innovation delta_t (fp32).
 
 Calls this path does not cover (no cache, a padding mask, batched lengths,
@@ -15,6 +15,8 @@ training, tensor-parallel sharding) go to mlx-lm's own forward unchanged.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -31,6 +33,9 @@ from kernels import gated_delta_tape
 GDN_CLASSES: tuple[type, ...] = (Qwen35GatedDeltaNet, Qwen3NextGatedDeltaNet)
 
 KIND = "Taped"
+
+# id(layer cache) -> the tape it records into; set only inside `recording()`.
+_ACTIVE_TAPES: ContextVar[dict[int, "GDNTape"]] = ContextVar("dflash_active_tapes", default={})
 
 # model_type values (top level and text_config) whose targets carry GatedDeltaNet layers.
 HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
@@ -54,6 +59,16 @@ class GDNTape:
         return self.delta is not None
 
 
+@contextmanager
+def recording(tapes: dict[int, GDNTape]) -> Iterator[dict[int, GDNTape]]:
+    """Record into `tapes` (keyed by id of each GatedDeltaNet layer's cache) during the block."""
+    token = _ACTIVE_TAPES.set(tapes)
+    try:
+        yield tapes
+    finally:
+        _ACTIVE_TAPES.reset(token)
+
+
 def _project(layer: nn.Module, x: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
     """(pre-conv q|k|v [B, S, C], z [B, S, Hv, Dv], b, a) as each family computes them."""
     B, S, _ = x.shape
@@ -67,7 +82,8 @@ def _project(layer: nn.Module, x: mx.array) -> tuple[mx.array, mx.array, mx.arra
 
 
 def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
-    """mlx-lm's GatedDeltaNet forward with a cache and no mask, recording into cache.dflash_tape if set."""
+    """mlx-lm's GatedDeltaNet forward with a cache and no mask, recording into its cache's tape while
+    a `recording()` block holds one."""
     B, S, _ = inputs.shape
     qkv, z, b, a = _project(layer, inputs)
 
@@ -96,7 +112,7 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
 
     out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)
 
-    tape = getattr(cache, "dflash_tape", None)
+    tape = _ACTIVE_TAPES.get().get(id(cache))
     if tape is not None:
         tape.state, tape.conv_input, tape.k, tape.g, tape.delta = state, conv_input, k, g, delta
         if tape.keep_inputs:
