@@ -167,6 +167,8 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
+Reproduce with `dflash-playground bench --prompts resources/models/recipe/eval_prompts.jsonl --max-tokens {result['max_tokens']} --repeats {result['repeats']}` (the demo pair is the default; its prompts are encoded raw, as it was trained).
+
 Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU
 (BLAS: {result['blas'].split(' (')[0]}).
 

@@ -254,6 +254,9 @@ def bench_rollbacks(args) -> dict:
     from build_demo_drafter import blas_line
 
     lines += [f"## Benchmark (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas_line()})", "",
+              "Reproduce with `dflash-playground bench --target demo-hybrid-target --drafter demo-hybrid-drafter "
+              f"--prompts resources/models/recipe/eval_prompts.jsonl --max-tokens {args.bench_tokens} --repeats {args.bench_repeats}` "
+              "(add `--rollback rerun` for the second row; prompts are encoded raw, as the pair was trained).", "",
               "| rollback | AR tok/s | DFlash tok/s | speedup | tau | verify ms | rollback ms | identical |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for mode, r in summary.items():
