@@ -12,6 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 _SANDBOX = Path(__import__("tempfile").mkdtemp(prefix="dflash-tests-"))
 os.environ["DFLASH_CONFIG_DIR"] = str(_SANDBOX / "config")
 os.environ["DFLASH_LOG_DIR"] = str(_SANDBOX / "logs")
+os.environ["DFLASH_CACHE_DIR"] = str(_SANDBOX / "cache")
 
 import engine  # noqa: E402,F401  (optimised BLAS before MLX)
 from engine.models.pair import load_pair  # noqa: E402

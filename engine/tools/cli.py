@@ -98,6 +98,13 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     d = sub.add_parser("doctor", help="can this drafter run with this target?")
     _add_model_args(d)
 
+    c = sub.add_parser("calibrate", help="the cost curve: one verify of 1..block tokens and one AR step, here")
+    _add_model_args(c)
+    c.add_argument("--block-size", type=int, help="measure verifies up to this length (default: the drafter's)")
+    c.add_argument("--repeats", type=int, default=3, help="measurements per length; the median is kept")
+    c.add_argument("--fresh", action="store_true", help="measure again even when a cached curve exists")
+    c.add_argument("--json", action="store_true")
+
     e = sub.add_parser("export", help="convert a trace")
     e.add_argument("trace", help="a dflash-trace/1 JSONL file")
     e.add_argument("--chrome", required=True, help="write Chrome trace JSON (Perfetto) here")
@@ -287,6 +294,28 @@ def cmd_doctor(args) -> int:
     return 0 if report.ok else EXIT_ERROR
 
 
+def cmd_calibrate(args) -> int:
+    from dataclasses import asdict
+
+    from engine.tools.cost_curve import cost_curve
+
+    pair = _load(args)
+    progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
+                               progress=progress)
+    if args.json:
+        print(json.dumps({**asdict(curve), "cached": cached, "verify_in_ar_steps": curve.verify_in_ar_steps()}))
+        return 0
+    when = "cached" if cached else "measured now"
+    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, median of {curve.repeats}")
+    print(f"AR step: {curve.ar_step_ms:.2f} ms" + (f"; draft of a {curve.block}-token block: {curve.draft_ms:.2f} ms"
+                                                   if curve.draft_ms is not None else ""))
+    print("verify length".rjust(14) + "ms".rjust(10) + "AR steps".rjust(10) + "round, AR steps".rjust(17))
+    for length, (ms, steps) in enumerate(zip(curve.verify_ms, curve.verify_in_ar_steps()), 1):
+        print(f"{length:14d}{ms:10.2f}{steps:10.2f}{curve.round_ms(length) / curve.ar_step_ms:17.2f}")
+    return 0
+
+
 def cmd_export(args) -> int:
     from engine.tools.trace import export_chrome
 
@@ -329,6 +358,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "doctor": cmd_doctor,
     "export": cmd_export,
+    "calibrate": cmd_calibrate,
     "demo": cmd_demo,
 }
 

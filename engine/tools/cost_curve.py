@@ -1,0 +1,163 @@
+"""The cost curve: what one verify of L tokens and one AR step cost the loaded target, here.
+
+A DFlash round costs a draft plus a verify whose cost grows with the number of positions it
+checks (on a CPU a 16-token verify is ~1.5-2 AR steps; on a GPU it is nearly flat). Which
+block size pays off follows from this curve and the acceptance a run sees. Measured per
+L = 1..block: `repeats` verifies of L tokens from a short fresh context, with taps and (for
+hybrid targets) tape recording as in a round, and as many single-token AR steps and drafts;
+the median of each. Cached per target files, block, device and BLAS in the user cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import mlx.core as mx
+
+from engine import json_text
+from engine.decode.decoder import CancelToken, prefill
+from engine.decode.rollback import make_rollback
+from engine.errors import DFlashError
+from engine.models.pair import LoadedPair
+from engine.models.target import make_target_cache
+from engine.runtime import blas
+from engine.runtime.streams import STREAM
+from engine.safe_write import write_atomic
+
+CONTEXT_TOKENS = 32  # the short context every verify starts from
+SCHEMA = 1
+
+
+@dataclass
+class CostCurve:
+    target: str
+    device: str
+    blas: str
+    block: int
+    repeats: int
+    ar_step_ms: float  # one single-token forward, the unit of "AR steps"
+    verify_ms: list[float]  # verify_ms[L - 1]: one verify of L tokens (L = 1 is the anchor alone)
+    draft_ms: Optional[float]  # one drafter pass over a whole block (None without a drafter)
+    measured_at: float  # time.time() of the measurement
+    schema: int = SCHEMA
+
+    def verify_in_ar_steps(self) -> list[float]:
+        return [round(v / self.ar_step_ms, 3) for v in self.verify_ms]
+
+    def round_ms(self, length: int) -> float:
+        """A round that verifies `length` positions: its draft (none for length 1) and its verify."""
+        return self.verify_ms[length - 1] + ((self.draft_ms or 0.0) if length > 1 else 0.0)
+
+
+def _median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000.0, 4)
+
+
+def _verify_once(pair: LoadedPair, ids: mx.array, length: int, ar: bool = False) -> float:
+    cache = make_target_cache(pair.target)
+    prefill(pair, cache, ids.tolist(), record_taps=False)
+    block = ids[:length][None]
+    rollback = make_rollback(pair.target, cache) if not ar and pair.taps is not None else None
+    t0 = time.perf_counter()
+    if rollback is None:
+        out = pair.target(block, cache=cache)
+        mx.eval(out)
+    else:
+        with pair.taps.capture(length > 1), rollback.recording():
+            out = pair.target(block, cache=cache)
+        mx.eval(out, pair.taps.concatenated() if length > 1 else out)
+    return time.perf_counter() - t0
+
+
+def _draft_once(pair: LoadedPair, ids: mx.array, block: int) -> float:
+    cache = make_target_cache(pair.target)
+    _, context = prefill(pair, cache, ids.tolist(), record_taps=True)
+    drafter, head = pair.drafter, pair.head
+    dcache = drafter.make_cache()
+    blocks = mx.array([int(ids[-1])] + [drafter.cfg.mask_token_id] * (block - 1))[None]
+    # The first pass caches the prompt's context; a round's draft sees a few new positions only.
+    mx.eval(drafter(head.embed(blocks), context[:, :-block], dcache, ids.shape[0] - block), [c.state for c in dcache])
+    t0 = time.perf_counter()
+    hidden = drafter(head.embed(blocks), context[:, -block:], dcache, ids.shape[0])
+    mx.eval(mx.argmax(head.logits(hidden[0, 1:]), axis=-1))
+    return time.perf_counter() - t0
+
+
+def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
+            progress: Callable[[str], None] = lambda msg: None,
+            cancel: Optional[CancelToken] = None) -> CostCurve:
+    """Time verifies of 1..block tokens, AR steps and drafts on this machine (seconds, not minutes)."""
+    block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
+    if repeats < 1 or not 1 <= block <= 64:
+        raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
+    cancel = cancel or CancelToken()
+    with mx.stream(STREAM):
+        vocab = pair.head.vocab_size
+        ids = mx.array([(97 + 31 * i) % vocab for i in range(CONTEXT_TOKENS + block)])
+        _verify_once(pair, ids, block)  # warm-up: kernels compiled, caches allocated
+        verify: list[list[float]] = [[] for _ in range(block)]
+        ar, draft = [], []
+        for r in range(repeats):
+            for length in range(1, block + 1):
+                if cancel.cancelled:
+                    raise DFlashError("calibration was cancelled.")
+                verify[length - 1].append(_verify_once(pair, ids, length))
+            ar.append(_verify_once(pair, ids, 1, ar=True))
+            if pair.drafter is not None and block > 1:
+                draft.append(_draft_once(pair, ids, block))
+            progress(f"repeat {r + 1}/{repeats}")
+        device = str(mx.default_device())
+    return CostCurve(
+        target=str(pair.target_path), device=device, blas=blas.status.split(" (")[0], block=block,
+        repeats=repeats, ar_step_ms=_median_ms(ar), verify_ms=[_median_ms(v) for v in verify],
+        draft_ms=_median_ms(draft) if draft else None, measured_at=time.time(),
+    )
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("DFLASH_CACHE_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("dflash-playground"))
+
+
+def cache_key(pair: LoadedPair, block: int) -> str:
+    """Changes with the target's files, the drafter, the block, the device, BLAS and MLX."""
+    parts = [str(pair.target_path.resolve()), str(block), mx.__version__, blas.status,
+             str(pair.drafter_path.resolve()) if pair.drafter_path else "-"]
+    with mx.stream(STREAM):
+        parts.append(str(mx.default_device()))
+    for f in sorted(pair.target_path.glob("*.json")) + sorted(pair.target_path.glob("*.safetensors")):
+        st = f.stat()
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
+               progress: Callable[[str], None] = lambda msg: None,
+               cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
+    """(curve, from_cache): the cached curve for this target and machine, else a new measurement."""
+    block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
+    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block)}.json"
+    if not fresh and path.is_file():
+        try:
+            data = json_text.loads(path.read_bytes())
+            if isinstance(data, dict) and data.get("schema") == SCHEMA:
+                return CostCurve(**{k: data[k] for k in CostCurve.__dataclass_fields__}), True
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is measured again
+    curve = measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel)
+    try:
+        write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
+    except DFlashError:
+        pass  # an unwritable cache costs a re-measurement next time, nothing more
+    return curve, False
