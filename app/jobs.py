@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from engine.decode.events import Event
-from engine.decode.decoder import CancelToken
+from engine.decode.cancel import CancelToken
 from engine.decode.settings import GenerationSettings
 
 

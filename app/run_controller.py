@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.decode.decoder import CancelToken
+from engine.decode.cancel import CancelToken
 from engine.decode.events import StartEvent
 from app.jobs import (
     EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.cli import main as cli
-from engine.tools import cost_curve as cc
+from engine.decode import cost_curve as cc
 
 
 def test_measure_covers_every_verify_length(qwen3_pair):

@@ -14,7 +14,7 @@ import pytest
 from app.cli import main as cli
 from engine.models.doctor import check_pair
 from engine.errors import SettingsError
-from engine.decode.decoder import prefill
+from engine.decode.prefill import prefill
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import first_divergence, logit_margin, run_parity
 from engine.decode.prompts import encode_prompt
@@ -207,3 +207,17 @@ def test_window_checks_kernels_on_the_worker_only(hybrid_dirs, qtbot, monkeypatc
         assert w.loaded.facts["gated_delta"] == real()
     finally:
         w.close()
+
+
+def test_auto_verify_length_stays_lossless_with_tape_replay(hybrid_pairs, monkeypatch):
+    """Every verify length in turn (1 skips the drafter) on each hybrid target: tape replay rolls
+    back whatever prefix was verified."""
+    import itertools
+
+    from engine.decode.verify_length import VerifyLengthController
+
+    counter = itertools.count()
+    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining: 1 + next(counter) % remaining)
+    for kind, pair in hybrid_pairs.items():
+        _, _, rounds = parity_with_partial_accepts(pair, PROMPTS[0], auto=True)
+        assert {r.verified for r in rounds} >= {1, 2, 3}, kind

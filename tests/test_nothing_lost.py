@@ -198,10 +198,11 @@ class _CancelAfterFirstChunk:
 
 def test_stop_reaches_prefill_between_chunks(qwen3_pair, monkeypatch):
     import engine.decode.decoder as decoder
+    import engine.decode.prefill as prefill
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.settings import GenerationSettings
 
-    monkeypatch.setattr(decoder, "PREFILL_STEP", 4)
+    monkeypatch.setattr(prefill, "PREFILL_STEP", 4)
     ids = list(range(100, 140))  # 10 chunks of 4
     cancel = _CancelAfterFirstChunk()
     events = list(decoder.generate(qwen3_pair, ids, GenerationSettings(max_tokens=8), cancel))

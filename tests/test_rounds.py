@@ -3,7 +3,8 @@
 import pytest
 
 from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
-from engine.decode.decoder import CancelToken, generate
+from engine.decode.cancel import CancelToken
+from engine.decode.decoder import generate
 from engine.decode.settings import GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair

@@ -98,3 +98,23 @@ def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
     assert {"draft", "verify", "rollback"} <= names
     process = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
     assert process == [f"DFlash run: {qwen3_tied_dirs[0].name}"]
+
+
+def test_traces_from_before_auto_verify_still_open(qwen3_tied_dirs, tmp_path, capsys):
+    """Round records written before `verified`/`unverified` existed read back with their defaults."""
+    trace = tmp_path / "run.jsonl"
+    assert cli(["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", PROMPTS[0], "--raw", "--max-tokens", "12", "--trace", str(trace), "--json"]) == 0
+    capsys.readouterr()
+    old = []
+    for line in trace.read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == "round":
+            record.pop("verified"), record.pop("unverified")
+        old.append(json.dumps(record))
+    trace.write_text("\n".join(old) + "\n")
+    from engine.decode.events import from_dict
+
+    _, records = read_trace(trace)
+    rounds = [from_dict(r) for r in records if r["type"] == "round"]
+    assert rounds and all(r.verified is None and r.unverified == [] for r in rounds)

@@ -9,84 +9,28 @@ reads top to bottom: draft a block, verify it, decide acceptance
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Iterator, Optional
 
 import mlx.core as mx
 
 from engine.decode.acceptance import accept
+from engine.decode.cost_curve import cost_curve
 from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
+from engine.decode.prefill import check_prompt, prefill
 from engine.decode.rollback import make_rollback
 from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings
 from engine.decode.stats import RoundStats
-from engine.errors import SettingsError
-from engine.models.drafter_config import flat_config
+from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime.streams import STREAM
 
-PREFILL_STEP = 2048
-
-
-class CancelToken:
-    """Set from any thread; generation checks it once per round and then summarises."""
-
-    def __init__(self):
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-
 def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000.0, 4)
-
-
-def check_prompt(pair: LoadedPair, prompt_ids: list[int], max_tokens: int) -> None:
-    """A prompt the target can take: not empty, and with the output inside its context."""
-    if not prompt_ids:
-        raise SettingsError("the prompt is empty; give at least one token.")
-    context = context_length(pair)
-    if context and len(prompt_ids) >= context:
-        raise SettingsError(f"the prompt has {len(prompt_ids)} tokens, but the target's context is {context} "
-                            "(max_position_embeddings); shorten the prompt.")
-    if context and len(prompt_ids) + max_tokens > context:
-        raise SettingsError(f"the prompt ({len(prompt_ids)} tokens) plus max tokens ({max_tokens}) passes the "
-                            f"target's context of {context} (max_position_embeddings); use max tokens "
-                            f"{context - len(prompt_ids)} or fewer.")
-
-
-def context_length(pair: LoadedPair) -> Optional[int]:
-    value = flat_config(pair.target_config).get("max_position_embeddings")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def prefill(pair: LoadedPair, cache: list, prompt_ids: list[int], record_taps: bool,
-            cancel: Optional[CancelToken] = None):
-    """Run the prompt through the target in chunks; (last-position logits, taps (1, n, k*H) or None).
-    Cancel is checked between chunks: (None, None) when it stopped the prefill."""
-    chunks = []
-    logits = None
-    ids = mx.array(prompt_ids)
-    for start in range(0, len(prompt_ids), PREFILL_STEP):
-        if cancel is not None and cancel.cancelled:
-            return None, None
-        if record_taps:
-            with pair.taps.capture():
-                logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)
-            chunks.append(pair.taps.concatenated())
-        else:
-            logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)
-        mx.eval([c.state for c in cache] + chunks[-1:])
-    context = mx.concatenate(chunks, axis=1) if len(chunks) > 1 else (chunks[0] if chunks else None)
-    return logits[0, -1], context
 
 
 class Decoder:
@@ -196,6 +140,10 @@ class DFlashDecoder(Decoder):
         self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
+        self.verify_length = None  # --block-size auto: picks how many positions each round verifies
+        if settings.auto:
+            curve, _ = cost_curve(pair, block=self.block)  # cached per target and machine after the first
+            self.verify_length = VerifyLengthController(curve, self.block)
 
     @property
     def block(self) -> int:
@@ -220,8 +168,11 @@ class DFlashDecoder(Decoder):
     def round(self, index: int, anchor: int) -> RoundEvent:
         """One round: draft, verify, accept, roll back, commit."""
         length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
+        verify = length if self.verify_length is None else self.verify_length.choose(length)
         t0 = time.perf_counter()
-        drafts, logq = self.draft(anchor, length)
+        drafts, logq = self.draft(anchor, length if verify > 1 else 1)
+        unverified = drafts[verify - 1:].tolist() if verify < length and verify > 1 else []
+        drafts, logq = drafts[: verify - 1], (logq[: verify - 1] if logq is not None else None)
         t1 = time.perf_counter()
 
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
@@ -233,12 +184,14 @@ class DFlashDecoder(Decoder):
         accepted, bonus = result.tolist()
         t2 = time.perf_counter()
 
-        self.rollback.after_verify(accepted, length)
+        self.rollback.after_verify(accepted, verify)
         if new_taps is not None:
             self.pending.append(new_taps[:, : accepted + 1])
         t3 = time.perf_counter()
 
         drafted = drafts.tolist()
+        if self.verify_length is not None:
+            self.verify_length.record(len(drafted), accepted)
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         return RoundEvent(
             index=index,
@@ -254,6 +207,8 @@ class DFlashDecoder(Decoder):
             rollback_ms=_ms(t2, t3),
             t=t3 - self.t_first,
             generated=len(self.out.tokens),
+            verified=verify,
+            unverified=unverified,
         )
 
     def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Union
+from dataclasses import MISSING, asdict, dataclass, field
+from typing import Any, Optional, Union
 
 
 @dataclass
@@ -30,6 +30,8 @@ class RoundEvent:
     rollback_ms: float
     t: float  # seconds since decoding started, at the end of the round
     generated: int  # output length after this round
+    verified: Optional[int] = None  # tokens the target verified: anchor + drafted (--block-size auto picks it)
+    unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (auto only)
     type: str = "round"
 
 
@@ -86,6 +88,7 @@ _CHECKS = {
     "float": _is_number,
     "str": lambda v: isinstance(v, str),
     "int | None": lambda v: v is None or _is_int(v),
+    "Optional[int]": lambda v: v is None or _is_int(v),
     "float | None": lambda v: v is None or _is_number(v),
     "list[int]": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
     "list[float]": lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
@@ -100,8 +103,8 @@ def from_dict(data: dict[str, Any]) -> Event:
     values = {}
     for name, f in cls.__dataclass_fields__.items():
         if name not in data:
-            if name == "type":
-                continue
+            if name == "type" or f.default is not MISSING or f.default_factory is not MISSING:
+                continue  # added since older traces were written: the default stands
             raise ValueError(f"its {data['type']} record has no '{name}'")
         check = _CHECKS.get(str(f.type))
         if check is not None and not check(data[name]):

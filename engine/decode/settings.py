@@ -55,6 +55,7 @@ class GenerationSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     stop_strings: tuple[str, ...] = ()
     rollback: str = "replay"  # one of ROLLBACK_MODES
+    auto: bool = False  # --block-size auto: each round verifies as many drafts as pay off (block_size caps it)
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
@@ -68,7 +69,7 @@ class GenerationSettings:
             raise SettingsError(f"rollback '{self.rollback}' is not one of: {', '.join(ROLLBACK_MODES)}.")
         self.sampling.validate(pair.head.vocab_size)
         if self.mode == "ar":
-            return replace(self, block_size=None)
+            return replace(self, block_size=None, auto=False)
         if pair.drafter is None:
             raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
         own = pair.drafter.cfg.block_size

@@ -11,7 +11,9 @@ from engine.runtime import blas
 from engine.errors import DFlashError
 from engine.decode.events import RoundEvent, SummaryEvent
 from engine.decode.stats import RoundStats
-from engine.decode.decoder import CancelToken, check_prompt, generate
+from engine.decode.cancel import CancelToken
+from engine.decode.decoder import generate
+from engine.decode.prefill import check_prompt
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import round_in_ar_steps
 from engine.models.pair import LoadedPair

@@ -8,7 +8,9 @@ from typing import Callable, Optional
 import mlx.core as mx
 
 from engine.decode.events import Event, SummaryEvent
-from engine.decode.decoder import CancelToken, generate, prefill
+from engine.decode.cancel import CancelToken
+from engine.decode.decoder import generate
+from engine.decode.prefill import prefill
 from engine.decode.settings import GenerationSettings
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache

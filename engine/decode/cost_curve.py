@@ -22,7 +22,8 @@ from typing import Callable, Optional
 import mlx.core as mx
 
 from engine import json_text
-from engine.decode.decoder import CancelToken, prefill
+from engine.decode.cancel import CancelToken
+from engine.decode.prefill import prefill
 from engine.decode.rollback import make_rollback
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair

@@ -1,0 +1,70 @@
+"""How many drafted positions to verify each round (`--block-size auto`).
+
+The drafter drafts its whole block; verifying k positions (the anchor and k - 1 drafts) costs
+the draft plus verify(k) from the cost curve, and commits on average
+    E(k) = 1 + sum_{i < k} a_1 * ... * a_i
+tokens, where a_j is the chance that draft j is accepted once drafts 1..j-1 were. The
+controller keeps recency-weighted counts of a_j from this run's rounds (a mild prior before it
+has any) and picks the k with the most committed tokens per millisecond. k = 1 is plain
+decoding with the drafter skipped; from there it drafts a whole probe block now and then (every
+4, 8, ... up to 64 rounds while probes keep failing) so it can come back when acceptance does.
+Which k it picks never changes what is committed: acceptance is decided as for any block.
+"""
+
+from __future__ import annotations
+
+from engine.decode.cost_curve import CostCurve
+
+DECAY = 0.97  # weight of a round's evidence after each newer round: ~30 rounds of memory
+PRIOR = (1.0, 2.0)  # accepted, offered: a_j starts at 0.5 until the run says otherwise
+PROBE_FIRST, PROBE_MAX = 4, 64
+
+
+class VerifyLengthController:
+    def __init__(self, curve: CostCurve, block: int):
+        self.curve = curve
+        self.block = min(block, len(curve.verify_ms))
+        self.accepted = [0.0] * (self.block - 1)  # decayed counts per draft position j = 1..block-1
+        self.offered = [0.0] * (self.block - 1)
+        self.plain_rounds = 0  # consecutive rounds at k = 1
+        self.probe_every = PROBE_FIRST
+
+    def rates(self) -> list[float]:
+        """a_j for j = 1..block-1: accepted given every earlier draft was."""
+        return [(a + PRIOR[0]) / (o + PRIOR[1]) for a, o in zip(self.accepted, self.offered)]
+
+    def expected_tokens(self, k: int) -> float:
+        total, reach = 1.0, 1.0
+        for a in self.rates()[: k - 1]:
+            reach *= a
+            total += reach
+        return total
+
+    def best(self) -> int:
+        """The k with the most expected committed tokens per millisecond."""
+        return max(range(1, self.block + 1), key=lambda k: self.expected_tokens(k) / self.curve.round_ms(k))
+
+    def choose(self, remaining: int) -> int:
+        """The verify length for the next round (at most `remaining`, the tokens still wanted)."""
+        k = self.best()
+        if k == 1:
+            self.plain_rounds += 1
+            if self.plain_rounds >= self.probe_every:  # look again at what the drafter offers
+                self.plain_rounds = 0
+                self.probe_every = min(self.probe_every * 2, PROBE_MAX)
+                k = self.block
+        else:
+            self.plain_rounds = 0
+            self.probe_every = PROBE_FIRST
+        return max(1, min(k, remaining))
+
+    def record(self, verified_drafts: int, accepted: int) -> None:
+        """A round that verified `verified_drafts` drafts and accepted the first `accepted` of them.
+        A round that verified none (k = 1) says nothing about the drafter, and forgets nothing."""
+        if verified_drafts == 0:
+            return
+        self.accepted = [a * DECAY for a in self.accepted]
+        self.offered = [o * DECAY for o in self.offered]
+        for j in range(min(verified_drafts, accepted + 1)):  # position j offered once 1..j-1 passed
+            self.offered[j] += 1.0
+            self.accepted[j] += 1.0 if j < accepted else 0.0

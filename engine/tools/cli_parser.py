@@ -1,0 +1,119 @@
+"""The command line's options. Defaults and ranges come from the settings dataclasses
+(engine/decode/settings.py), so the CLI and the window cannot disagree."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable, Optional
+
+import engine
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MODES, ROLLBACK_MODES
+
+SAMPLING = DEFAULTS.sampling
+
+
+def _add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
+    p.add_argument("--target", help="target model: folder or Hugging Face id (default: the demo pair)")
+    if drafter:
+        p.add_argument("--drafter", help="DFlash drafter: folder or Hugging Face id (default: the demo pair)")
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    _add_model_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--raw", action="store_true", help="encode the prompt as plain text, as mlx-lm does")
+    fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
+    p.add_argument("--thinking", choices=["on", "off"], help="thinking mode, for chat templates that have one")
+    _add_max_tokens(p)
+    _add_sampling_args(p, full=True)
+    _add_block_and_rollback(p)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_max_tokens(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens,
+                   help=f"tokens to generate (default {DEFAULTS.max_tokens})")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, full: bool) -> None:
+    p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 (the default) is greedy")
+    if full:
+        p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
+        p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
+        p.add_argument("--min-p", type=float, default=SAMPLING.min_p)
+    p.add_argument("--seed", type=int, default=SAMPLING.seed)
+
+
+def _block_size(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number or 'auto'") from None
+
+
+def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--block-size", type=_block_size, metavar="N|auto",
+                   help=f"1..{MAX_BLOCK} (default: the drafter's), or auto: each round verifies as many "
+                        "drafts as pay off, from this machine's cost curve and the acceptance so far")
+    p.add_argument("--rollback", choices=ROLLBACK_MODES, default=DEFAULTS.rollback,
+                   help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
+                        f"(default: {DEFAULTS.rollback})")
+
+
+def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.ArgumentParser:
+    """The engine's subcommands; `add_more(subparsers)` adds others (app/cli.py: train-drafter, gui)."""
+    parser = argparse.ArgumentParser(
+        prog="dflash-playground",
+        description="DFlash block-diffusion speculative decoding on MLX. With no command, opens the window.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {engine.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command")
+
+    g = sub.add_parser("generate", help="generate text, AR or DFlash")
+    _add_run_args(g)
+    g.add_argument("--mode", choices=MODES, default=DEFAULTS.mode)
+    g.add_argument("--trace", help="write a dflash-trace/1 JSONL trace here")
+
+    p = sub.add_parser("parity", help="AR then DFlash on the same prompt; are they identical?")
+    _add_run_args(p)
+
+    b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
+    _add_model_args(b)
+    b.add_argument("--prompts", required=True, help='JSONL file, one {"prompt": ...} per line')
+    _add_max_tokens(b)
+    b.add_argument("--repeats", type=int, default=1)
+    _add_sampling_args(b, full=False)
+    _add_block_and_rollback(b)
+    fmt = b.add_mutually_exclusive_group()
+    fmt.add_argument("--raw", action="store_true")
+    fmt.add_argument("--chat", action="store_true")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--with-mlx-lm", action="store_true", help="also time mlx-lm's own generate (AR reference)")
+
+    d = sub.add_parser("doctor", help="can this drafter run with this target?")
+    _add_model_args(d)
+
+    c = sub.add_parser("calibrate", help="the cost curve: one verify of 1..block tokens and one AR step, here")
+    _add_model_args(c)
+    c.add_argument("--block-size", type=int, help="measure verifies up to this length (default: the drafter's)")
+    c.add_argument("--repeats", type=int, default=3, help="measurements per length; the median is kept")
+    c.add_argument("--fresh", action="store_true", help="measure again even when a cached curve exists")
+    c.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("export", help="convert a trace")
+    e.add_argument("trace", help="a dflash-trace/1 JSONL file")
+    e.add_argument("--chrome", required=True, help="write Chrome trace JSON (Perfetto) here")
+
+    m = sub.add_parser("demo", help="parity on the demo pair (a tiny pair is built if none is installed)")
+    _add_max_tokens(m)
+
+    if add_more is not None:
+        add_more(sub)
+    return parser

@@ -1,0 +1,110 @@
+"""--block-size auto: the verify-length controller, and that any verify length stays lossless."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+from scipy.stats import chi2_contingency
+
+from engine.decode.cost_curve import CostCurve
+from engine.decode.prompts import encode_prompt
+from engine.decode.settings import SamplingSettings
+from engine.decode.verify_length import PROBE_FIRST, VerifyLengthController
+
+from conftest import PROMPTS
+from helpers import run
+
+ALPHA = 0.001
+
+
+def _curve(block=16, ar=10.0, verify_growth=0.05, draft=2.0):
+    """A CPU-like curve: a verify of L tokens costs 1 + growth * (L - 1) AR steps."""
+    return CostCurve(target="t", device="cpu", blas="x", block=block, repeats=1, ar_step_ms=ar,
+                     verify_ms=[ar * (1 + verify_growth * (n - 1)) for n in range(1, block + 1)],
+                     draft_ms=draft, measured_at=0.0)
+
+
+def test_a_drafter_that_never_hits_is_skipped_and_probed_ever_less_often():
+    c = VerifyLengthController(_curve(), 16)
+    picks = []
+    for _ in range(200):
+        k = c.choose(1000)
+        picks.append(k)
+        c.record(k - 1, 0)
+    assert picks[-1] in (1, 16) and picks[20:].count(1) > 150  # plain decoding, the drafter skipped
+    probes = [i for i, k in enumerate(picks) if k == 16 and i > 10]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps and gaps == sorted(gaps) and gaps[0] >= PROBE_FIRST  # probes grow rarer
+
+
+def test_it_comes_back_when_acceptance_recovers():
+    c = VerifyLengthController(_curve(), 16)
+    for _ in range(100):
+        c.record(c.choose(1000) - 1, 0)
+    picks = []
+    for _ in range(200):  # now the drafter gets everything it is asked
+        k = c.choose(1000)
+        picks.append(k)
+        c.record(k - 1, k - 1)
+    assert picks[-1] == 16 and picks[-20:] == [16] * 20
+
+
+def test_a_good_drafter_on_a_flat_curve_verifies_everything_and_a_costly_verify_fewer():
+    flat, steep = VerifyLengthController(_curve(verify_growth=0.0), 16), VerifyLengthController(
+        _curve(verify_growth=0.5), 16)
+    for c in (flat, steep):
+        for _ in range(50):  # drafts accepted up to position 4, then rejected
+            k = c.choose(1000)
+            c.record(k - 1, min(4, k - 1))
+    assert flat.choose(1000) >= 5 and 1 < steep.choose(1000) <= flat.choose(1000)
+    assert flat.choose(3) <= 3  # never more than the tokens still wanted
+
+
+@pytest.fixture
+def cycling_verify_length(monkeypatch):
+    """Every verify length in turn, 1..cap, whatever the controller would pick."""
+    counter = itertools.count()
+    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining: 1 + next(counter) % remaining)
+
+
+def test_greedy_auto_equals_ar(qwen3_pair, alternating_dirs):
+    from engine.models.pair import load_pair
+
+    for pair in (qwen3_pair, load_pair(*alternating_dirs)):
+        for prompt in PROMPTS[:2]:
+            ar, _ = run(pair, prompt, mode="ar", max_tokens=40)
+            df, rounds = run(pair, prompt, max_tokens=40, auto=True)
+            assert df.token_ids == ar.token_ids
+            assert all(r.verified == len(r.drafted) + 1 for r in rounds)
+
+
+def test_greedy_every_verify_length_equals_ar(qwen3_pair, alternating_dirs, cycling_verify_length):
+    from engine.models.pair import load_pair
+
+    pair = load_pair(*alternating_dirs)
+    ar, _ = run(pair, PROMPTS[0], mode="ar", max_tokens=60)
+    df, rounds = run(pair, PROMPTS[0], max_tokens=60, auto=True)
+    assert df.token_ids == ar.token_ids
+    verified = {r.verified for r in rounds}
+    assert 1 in verified and max(verified) >= 8  # skipped drafts, short and long verifies all ran
+    assert any(r.unverified for r in rounds) and all(not r.drafted for r in rounds if r.verified == 1)
+
+
+def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_length):
+    """Joint distribution of the first three tokens over many seeds, AR vs DFlash verifying 1 or 2."""
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
+    samples = {"ar": Counter(), "dflash": Counter()}
+    for seed in range(300):
+        for mode in samples:
+            summary, _ = run(qwen3_pair, ids, mode=mode, max_tokens=3, auto=mode == "dflash",
+                             block_size=4 if mode == "dflash" else None,
+                             sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
+            samples[mode][tuple(summary.token_ids)] += 1
+    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
+    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
+    assert len(common) >= 3, samples
+    assert chi2_contingency(table).pvalue > ALPHA, samples
