@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from PySide6.QtWidgets import (
-    QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
+    QCheckBox, QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
     QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
 )
 
@@ -44,6 +44,10 @@ class PromptPanel(QGroupBox):
         self.max_tokens = QSpinBox(minimum=1, maximum=MAX_TOKENS_LIMIT, value=DEFAULTS.max_tokens)
         self.block_size = QSpinBox(minimum=0, maximum=MAX_BLOCK)
         self.block_size.setSpecialValueText("drafter's")
+        self.block_auto = QCheckBox("auto verify length")
+        self.block_auto.setToolTip("Each round the target verifies only as many drafts as pay off on this machine "
+                                   "(the cost curve, measured once, and the acceptance so far); the block size "
+                                   "caps it. Lossless like any block size.")
 
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}
@@ -76,6 +80,7 @@ class PromptPanel(QGroupBox):
         lay = QVBoxLayout(self)
         lay.addWidget(self.editor, 1)
         lay.addLayout(form)
+        grid.addWidget(self.block_auto, 3, 2, 1, 2)
         lay.addLayout(grid)
         lay.addLayout(modes)
         lay.addLayout(buttons)
@@ -114,6 +119,7 @@ class PromptPanel(QGroupBox):
             max_tokens=self.max_tokens.value(),
             block_size=self.block_size.value() or None,
             sampling=sampling,
+            auto=self.block_auto.isChecked(),
         )
 
     def set_capabilities(self, has_chat_template: bool, has_thinking: bool) -> None:
@@ -143,6 +149,8 @@ class PromptPanel(QGroupBox):
         if header.get("mode") in ("dflash", "ar"):
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
+        if isinstance(settings.get("auto"), bool):
+            self.block_auto.setChecked(settings["auto"])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
         for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),
                            (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed"))):
@@ -164,6 +172,7 @@ class PromptPanel(QGroupBox):
         self.seed.setValue(s.seed)
         self.max_tokens.setValue(s.max_tokens)
         self.block_size.setValue(s.block_size)
+        self.block_auto.setChecked(s.block_auto)
 
     def store(self, s: AppSettings) -> None:
         s.prompt = self.prompt()
@@ -176,3 +185,4 @@ class PromptPanel(QGroupBox):
         s.seed = self.seed.value()
         s.max_tokens = self.max_tokens.value()
         s.block_size = self.block_size.value()
+        s.block_auto = self.block_auto.isChecked()

@@ -116,7 +116,10 @@ def round_tooltip(r: RoundEvent, table) -> str:
             f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
             f"(id {r.bonus})\n"
             f"committed {len(r.committed)} tokens; draft {r.draft_ms:.2f} ms, verify {r.verify_ms:.2f} ms, "
-            f"rollback {r.rollback_ms:.2f} ms")
+            f"rollback {r.rollback_ms:.2f} ms"
+            + (f"\nverified {r.verified} positions (the anchor and {r.verified - 1} drafts)" if r.verified else "")
+            + (f"; drafted but not verified: {' '.join(chip_text(table, t) for t in r.unverified)}"
+               if r.unverified else ""))
 
 
 def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:

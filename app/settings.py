@@ -37,6 +37,7 @@ class AppSettings:
     seed: int = DEFAULTS.sampling.seed
     max_tokens: int = DEFAULTS.max_tokens
     block_size: int = 0  # 0: the drafter's own
+    block_auto: bool = False  # --block-size auto: the verify length chosen each round
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
     splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()
     center_tab: int = 0

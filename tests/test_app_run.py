@@ -197,3 +197,21 @@ def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
         assert not legend.sceneBoundingRect().intersects(plot.getViewBox().sceneBoundingRect())
     assert r.round_in_ar_steps > 0 and f"breaks even at tau {r.round_in_ar_steps:.2f}" in w.parity_view.headline.text()
     assert f"this run's tau: {r.mean_acceptance_length:.2f}" in w.parity_view.headline.text()
+
+
+def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen3_tied_dirs):
+    from app.rounds_view import round_tooltip
+
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=24, mode="both")
+    w.prompt.block_auto.setChecked(True)
+    assert w.prompt.settings().auto
+    run_and_wait(qtbot, w)
+    assert w.errors == [] and w.parity_view.result.identical
+    rounds = w.rounds_run.rounds
+    assert rounds and all(r.verified == len(r.drafted) + 1 for r in rounds)
+    assert f"verified {rounds[0].verified} positions" in round_tooltip(rounds[0], w.rounds_run.table)
+    w.save_settings()
+    from app.settings import load_settings
+
+    assert load_settings()[0].block_auto is True

@@ -91,13 +91,17 @@ def _draft_once(pair: LoadedPair, ids: mx.array, block: int) -> float:
     return time.perf_counter() - t0
 
 
+def _check(block: int, repeats: int) -> None:
+    if repeats < 1 or not 1 <= block <= 64:
+        raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
+
+
 def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
             progress: Callable[[str], None] = lambda msg: None,
             cancel: Optional[CancelToken] = None) -> CostCurve:
     """Time verifies of 1..block tokens, AR steps and drafts on this machine (seconds, not minutes)."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
-    if repeats < 1 or not 1 <= block <= 64:
-        raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
+    _check(block, repeats)
     cancel = cancel or CancelToken()
     with mx.stream(STREAM):
         vocab = pair.head.vocab_size
@@ -148,6 +152,7 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
                cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
     """(curve, from_cache): the cached curve for this target and machine, else a new measurement."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
+    _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
     path = cache_dir() / "cost-curves" / f"{cache_key(pair, block)}.json"
     if not fresh and path.is_file():
         try:
