@@ -137,8 +137,13 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         except DFlashError:
             return False
         tmp = temporary_name(path, ".png")
-        if not self.grab().save(str(tmp), "PNG"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.grab().save(str(tmp), "PNG"):
+                tmp.unlink(missing_ok=True)
+                return False
+            replace_with(tmp, path)
+        except OSError:
             tmp.unlink(missing_ok=True)
             return False
-        replace_with(tmp, path)
         return True

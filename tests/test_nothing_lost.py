@@ -69,7 +69,7 @@ def test_a_refused_setting_leaves_the_previous_trace(qwen3_tied_dirs, old_trace,
     t, d = qwen3_tied_dirs
     _refused(["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw",
               "--trace", str(old_trace), *extra], capsys, old_trace)
-    assert not old_trace.with_name(old_trace.name + ".partial").exists()
+    assert not list(old_trace.parent.glob(old_trace.name + ".*.partial"))
 
 
 def test_the_trace_is_never_the_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
@@ -92,7 +92,7 @@ def test_a_finished_run_replaces_the_trace_whole(qwen3_tied_dirs, old_trace, cap
                 "--max-tokens", "12", "--trace", str(old_trace), "--json"]) == 0
     header, records = read_trace(old_trace)
     assert header["prompt"]["text"] == PROMPTS[0] and records[-1]["type"] == "summary"
-    assert not old_trace.with_name(old_trace.name + ".partial").exists()
+    assert not list(old_trace.parent.glob(old_trace.name + ".*.partial"))
 
 
 def _train(target, corpus_dir, out, *extra):
@@ -157,13 +157,13 @@ def test_kill_9_mid_trace_keeps_the_old_trace_and_a_readable_prefix(qwen3_tied_d
     """SIGKILL while a trace is written: the earlier trace is untouched and what was written reads back."""
     t, d = qwen3_tied_dirs
     before = old_trace.read_bytes()
-    partial = old_trace.with_name(old_trace.name + ".partial")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get(
         "PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "generate", "--target", str(t), "--drafter", str(d),
                              "--prompt", PROMPTS[0], "--raw", "--max-tokens", "4000", "--block-size", "2",
                              "--trace", str(old_trace), "--json"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    partial = old_trace.with_name(f"{old_trace.name}.{proc.pid}.partial")
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # wait for a few rounds on disk, then kill
@@ -341,3 +341,30 @@ def test_kill_9_mid_settings_save_leaves_settings_that_load(tmp_path):
 
     settings, notice = load_settings(path)
     assert notice is None and settings.prompt == "x" * 200_000
+
+
+def test_resume_refuses_a_checkpoint_made_with_other_taps(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    out = tmp_path / "drafter"
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out, "--taps", "0,1")) == 0
+    capsys.readouterr()
+    line = _refused(_train(qwen3_tied_dirs[0], corpus_dir, out, "--taps", "1,2", "--resume"), capsys, out)
+    assert "taps" in line
+
+
+def test_a_leftover_tmp_checkpoint_is_not_thrown_away_without_resume(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    out = tmp_path / "drafter"
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out)) == 0
+    capsys.readouterr()
+    (out / "checkpoint").rename(out / "checkpoint.tmp")  # the first save crashed before its rename
+    assert "--resume" in _refused(_train(qwen3_tied_dirs[0], corpus_dir, out), capsys, out)
+
+
+def test_the_partial_trace_is_never_an_input(qwen3_tied_dirs, tmp_path, capsys):
+    import os as _os
+
+    trace = tmp_path / "p.txt"
+    prompt = tmp_path / f"p.txt.{_os.getpid()}.partial"
+    prompt.write_text(PROMPTS[0])
+    t, d = qwen3_tied_dirs
+    _refused(["generate", "--target", str(t), "--drafter", str(d), "--prompt-file", str(prompt),
+              "--trace", str(trace)], capsys, prompt)

@@ -126,6 +126,16 @@ def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
     )
 
 
+def _sound(curve: CostCurve, block: int) -> bool:
+    """A cached curve the controller can use: positive times for every verify length."""
+    def positive(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+    return (isinstance(curve.verify_ms, list) and len(curve.verify_ms) == block and curve.block == block
+            and all(positive(v) for v in curve.verify_ms) and positive(curve.ar_step_ms)
+            and (curve.draft_ms is None or positive(curve.draft_ms)))
+
+
 def cache_dir() -> Path:
     override = os.environ.get("DFLASH_CACHE_DIR")
     if override:
@@ -135,13 +145,14 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("dflash-playground"))
 
 
-def cache_key(pair: LoadedPair, block: int) -> str:
-    """Changes with the target's files, the drafter, the block, the device, BLAS and MLX."""
-    parts = [str(pair.target_path.resolve()), str(block), mx.__version__, blas.status,
+def cache_key(pair: LoadedPair, block: int, repeats: int) -> str:
+    """Changes with the target's and the drafter's files, the block, repeats, device, BLAS and MLX."""
+    parts = [str(pair.target_path.resolve()), str(block), str(repeats), mx.__version__, blas.status,
              str(pair.drafter_path.resolve()) if pair.drafter_path else "-"]
     with mx.stream(STREAM):
         parts.append(str(mx.default_device()))
-    for f in sorted(pair.target_path.glob("*.json")) + sorted(pair.target_path.glob("*.safetensors")):
+    folders = [pair.target_path] + ([pair.drafter_path] if pair.drafter_path else [])
+    for f in [f for d in folders for f in sorted(d.glob("*.json")) + sorted(d.glob("*.safetensors"))]:
         st = f.stat()
         parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
@@ -153,12 +164,14 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
     """(curve, from_cache): the cached curve for this target and machine, else a new measurement."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
-    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block)}.json"
+    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats)}.json"
     if not fresh and path.is_file():
         try:
             data = json_text.loads(path.read_bytes())
             if isinstance(data, dict) and data.get("schema") == SCHEMA:
-                return CostCurve(**{k: data[k] for k in CostCurve.__dataclass_fields__}), True
+                curve = CostCurve(**{k: data[k] for k in CostCurve.__dataclass_fields__})
+                if _sound(curve, block):
+                    return curve, True
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
     curve = measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel)

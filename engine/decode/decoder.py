@@ -142,7 +142,7 @@ class DFlashDecoder(Decoder):
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
         if settings.auto:
-            curve, _ = cost_curve(pair, block=self.block)  # cached per target and machine after the first
+            curve, _ = cost_curve(pair, block=self.block, cancel=self.cancel)  # cached after the first
             self.verify_length = VerifyLengthController(curve, self.block)
 
     @property

@@ -64,14 +64,16 @@ def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None) ->
 
 
 class TraceWriter:
-    """Writes one JSON line per record to FILE.partial beside FILE, flushed as it goes (a crash
-    leaves a valid prefix there); `close(complete=True)` renames it to FILE. An earlier FILE is
-    never touched until the new trace is whole."""
+    """Writes one JSON line per record to FILE.<pid>.partial beside FILE, flushed as it goes (a
+    crash leaves a valid prefix there); `close(complete=True)` renames it to FILE. An earlier FILE
+    is never touched until the new trace is whole."""
 
     def __init__(self, path: str | Path, prompt: Optional[dict[str, Any]] = None,
                  inputs: tuple[Optional[str | Path], ...] = ()):
         self.path = check_output(path, "the trace", inputs)
-        self.partial = self.path.with_name(self.path.name + ".partial")
+        # One per process: never truncates another run's partial trace, nor one kept from a crash.
+        self.partial = check_output(self.path.with_name(f"{self.path.name}.{os.getpid()}.partial"), "the trace",
+                                    inputs)
         self.prompt = prompt
         self.records = 0
         try:
@@ -92,15 +94,21 @@ class TraceWriter:
             self._write(to_dict(event))
 
     def close(self, complete: bool = True) -> Optional[Path]:
-        """Put the trace in place when the run ended; otherwise keep what was written as FILE.partial
+        """Put the trace in place when the run ended; otherwise keep what was written as the partial file
         (or nothing, when nothing was). Returns where the trace is."""
         if self._file.closed:
             return None
-        os.fsync(self._file.fileno())
-        self._file.close()
-        if complete:
-            replace_with(self.partial, self.path)
-            return self.path
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            if complete:
+                replace_with(self.partial, self.path)
+                return self.path
+        except OSError as exc:
+            self._file.close()
+            raise DFlashError(f"{self.path}: cannot finish the trace ({exc.strerror or exc}); what was written "
+                              f"is in {self.partial}.") from None
         if not self.records:
             self.partial.unlink(missing_ok=True)
             return None

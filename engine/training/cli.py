@@ -89,6 +89,8 @@ def _with_bar(total: int, make):
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    from engine.decode.settings import MAX_BLOCK
+
     """Every numeric option, before any work: one sentence naming the option and its range."""
     for flag, value, low in (("--steps", args.steps, 1), ("--batch", args.batch, 1), ("--seq-len", args.seq_len, 2),
                              ("--anchors", args.anchors, 1), ("--warmup", args.warmup, 0),
@@ -97,6 +99,12 @@ def _check_numbers(args: argparse.Namespace) -> None:
                              ("--intermediate-size", args.intermediate_size, 1)):
         if value is not None and value < low:
             raise DFlashError(f"{flag} {value} must be at least {low}.")
+    if args.block_size is not None and args.block_size > MAX_BLOCK:
+        raise DFlashError(f"--block-size {args.block_size} is outside 2..{MAX_BLOCK}.")
+    if args.seq_len <= (args.block_size or 16):
+        raise DFlashError(f"--seq-len {args.seq_len} must be longer than the block ({args.block_size or 16}).")
+    if args.distill < 0 or args.distill_new_tokens < 1:
+        raise DFlashError("--distill must be >= 0 (0: train on --data as it is) and --distill-new-tokens >= 1.")
     if not (math.isfinite(args.lr) and 0 < args.lr <= 1):
         raise DFlashError(f"--lr {args.lr} must be a number in (0, 1] (1e-3 is the default).")
 
@@ -138,7 +146,8 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     _check_numbers(args)
     _check_out(args)
     out = Path(args.out)
-    if any((out / name).exists() for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old")) and not args.resume:
+    if any((out / name).exists() for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", CHECKPOINT_DIR + ".tmp")) \
+            and not args.resume:
         raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue it, or choose another --out.")
     if args.init:
         given = [flag for flag, value in (("--layers", args.layers), ("--block-size", args.block_size),

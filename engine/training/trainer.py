@@ -300,7 +300,8 @@ class DrafterTrainer:
         except ValueError as exc:
             raise DFlashError(f"{ckpt / 'state.json'}: unreadable ({exc}); the checkpoint cannot be resumed.") from None
         saved = state["settings"]
-        for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init"):
+        for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init", "taps",
+                    "intermediate_size", "warmup", "gamma", "weight_decay"):
             if saved.get(key) != getattr(self.s, key):
                 raise DFlashError(
                     f"{ckpt / 'state.json'}: the checkpoint was made with {key}={saved.get(key)}, "
