@@ -368,3 +368,35 @@ def test_the_partial_trace_is_never_an_input(qwen3_tied_dirs, tmp_path, capsys):
     t, d = qwen3_tied_dirs
     _refused(["generate", "--target", str(t), "--drafter", str(d), "--prompt-file", str(prompt),
               "--trace", str(trace)], capsys, prompt)
+
+
+def test_ctrl_c_mid_training_resumes_exactly_as_if_never_stopped(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    """SIGINT lands wherever it lands in a step; the run saves a consistent state, exits 130, and a
+    resumed run ends with the very weights of an uninterrupted one."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    steps = ["--steps", "40"]
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, whole, *steps)) == 0
+    capsys.readouterr()
+    argv = _train(qwen3_tied_dirs[0], corpus_dir, split, *steps)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", *argv], env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if json.loads((split / "checkpoint" / "state.json").read_text())["step"] >= 3:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            assert proc.poll() is None, "training ended before it could be interrupted"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stopped_at = json.loads((split / "checkpoint" / "state.json").read_text())["step"]
+    assert 3 <= stopped_at < 40
+    assert cli(argv + ["--resume"]) == 0
+    capsys.readouterr()
+    assert (split / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

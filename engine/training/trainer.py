@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import signal
+import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -31,6 +34,18 @@ from engine.models.taps import install_taps
 from engine.safe_write import replace_with, temporary_name, write_atomic
 
 MASK_TOKEN_NAMES = ("<|mask|>", "<mask>", "<|MASK|>", "[MASK]")
+def _sync(folder: Path) -> None:
+    """fsync every file in `folder`, then the folder itself."""
+    for f in folder.iterdir():
+        with open(f, "rb") as handle:
+            os.fsync(handle.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 CHECKPOINT_DIR = "checkpoint"
 MADE_BY_FILE = "train_drafter.json"  # marks a folder whose drafter train-drafter wrote
 
@@ -276,6 +291,7 @@ class DrafterTrainer:
         mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state)))
         state = {"step": self.step, "settings": asdict(self.s), "history": self.history}
         (tmp / "state.json").write_text(json.dumps(state, indent=2))
+        _sync(tmp)  # on disk before the swap: a power loss cannot leave an empty checkpoint
         old = ckpt.with_name(ckpt.name + ".old")
         if ckpt.exists():
             if old.exists():
@@ -320,9 +336,19 @@ class DrafterTrainer:
         on_eval: Callable[[dict], None] = lambda record: None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Train to `steps`, checkpointing as it goes; an interruption saves before it propagates."""
+        """Train to `steps`, checkpointing as it goes; an interruption saves before it propagates.
+
+        Ctrl-C is held back while a step runs (a step cut between its update and its count would be
+        saved under the previous step number and applied twice on resume): it ends the run after
+        the step, with a checkpoint of a consistent state."""
+        interrupted = []
+        restore = None
+        if threading.current_thread() is threading.main_thread():
+            restore = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
         try:
             while self.step < self.s.steps and not should_stop():
+                if interrupted:
+                    raise KeyboardInterrupt
                 loss = self.train_step()
                 on_step(self.step, loss)
                 if self.step % self.s.eval_every == 0 or self.step == self.s.steps:
@@ -331,8 +357,13 @@ class DrafterTrainer:
                     on_eval(record)
                 if self.step % checkpoint_every == 0:
                     self.save_checkpoint()
+            if interrupted:
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             self.save_checkpoint()
             raise
+        finally:
+            if restore is not None:
+                signal.signal(signal.SIGINT, restore)
         self.save_checkpoint()
         self.save_drafter(self.out)
