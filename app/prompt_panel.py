@@ -9,13 +9,15 @@ from PySide6.QtWidgets import (
     QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
 )
 
-from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, GenerationSettings
-from engine.decode.settings import SamplingSettings
+from engine.decode.prompts import PROMPT_FORMATS
+from engine.decode.settings import (
+    DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES, GenerationSettings, SamplingSettings,
+)
 from app.settings import AppSettings
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
 THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
-MODES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
+MODE_CHOICES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
 
 
 class PromptPanel(QGroupBox):
@@ -52,7 +54,7 @@ class PromptPanel(QGroupBox):
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}
         modes = QHBoxLayout()
-        for key, label in MODES:
+        for key, label in MODE_CHOICES:
             b = QRadioButton(label)
             self.mode_group.addButton(b)
             self.mode_buttons[key] = b
@@ -100,7 +102,7 @@ class PromptPanel(QGroupBox):
         self.mode_buttons.get(mode, self.mode_buttons["dflash"]).setChecked(True)
 
     def chat_flag(self) -> Optional[bool]:
-        return {"auto": None, "chat": True, "raw": False}[self.format.currentData()]
+        return PROMPT_FORMATS[self.format.currentData()]
 
     def thinking_flag(self) -> Optional[bool]:
         if not self.thinking.isEnabled():
@@ -144,9 +146,9 @@ class PromptPanel(QGroupBox):
             text = "".join(table[i] for i in ids) if ids else None
         if isinstance(text, str):
             self.set_prompt(text)
-        if prompt.get("format") in ("auto", "chat", "raw"):
+        if prompt.get("format") in PROMPT_FORMATS:
             self.format.setCurrentIndex(max(0, self.format.findData(prompt["format"])))
-        if header.get("mode") in ("dflash", "ar"):
+        if header.get("mode") in MODES:
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
         if isinstance(settings.get("auto"), bool):

@@ -15,7 +15,10 @@ from typing import Any, Optional
 
 from app.paths import config_dir
 from engine import json_text
-from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT
+from engine.errors import DFlashError
+from engine.safe_write import write_atomic
+from engine.decode.prompts import PROMPT_FORMATS
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -79,9 +82,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "center_tab": (0, 16),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
-    "prompt_format": ("auto", "chat", "raw"),
+    "prompt_format": tuple(PROMPT_FORMATS),
     "thinking": ("default", "on", "off"),
-    "mode": ("dflash", "ar", "both"),
+    "mode": (*MODES, "both"),
 }
 
 
@@ -136,13 +139,10 @@ def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[st
 
 
 def save_settings(settings: AppSettings, path: Optional[Path] = None) -> Optional[str]:
-    """Write atomically; returns an error sentence instead of raising."""
+    """Write atomically (engine/safe_write.py); returns an error sentence instead of raising."""
     path = path or settings_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(FILE_NAME + ".tmp")
-        tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        return f"could not save settings to {path} ({exc.strerror})."
+        write_atomic(path, json.dumps(asdict(settings), indent=2), "the settings")
+    except DFlashError as exc:
+        return f"could not save settings: {exc}"
     return None

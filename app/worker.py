@@ -23,7 +23,7 @@ import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
 from engine.errors import DFlashError
 from engine.decode.events import StartEvent
-from engine.decode.prompts import encode_prompt
+from engine.decode.prompts import encode_prompt, format_name
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
     EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
@@ -155,7 +155,7 @@ class Worker(QObject):
             raise DFlashError("no model is loaded; choose a target (and a drafter), then press Load or Run.")
         ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
         label = [job.mode]
-        prompt = {"text": job.prompt, "format": {True: "chat", False: "raw", None: "auto"}[job.chat]}
+        prompt = {"text": job.prompt, "format": format_name(job.chat)}
 
         def emit(event) -> None:
             if isinstance(event, StartEvent):

@@ -6,6 +6,13 @@ from typing import Optional
 
 from engine.errors import SettingsError
 
+# How a prompt is encoded, by name (CLI flags, the window's Format, trace headers) -> the `chat` flag.
+PROMPT_FORMATS: dict[str, Optional[bool]] = {"auto": None, "chat": True, "raw": False}
+
+
+def format_name(chat: Optional[bool]) -> str:
+    return next(name for name, flag in PROMPT_FORMATS.items() if flag is chat)
+
 
 def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: Optional[bool] = None) -> list[int]:
     """chat=None uses the chat template when the tokenizer has one."""

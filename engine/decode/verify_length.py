@@ -33,16 +33,19 @@ class VerifyLengthController:
         """a_j for j = 1..block-1: accepted given every earlier draft was."""
         return [(a + PRIOR[0]) / (o + PRIOR[1]) for a, o in zip(self.accepted, self.offered)]
 
-    def expected_tokens(self, k: int) -> float:
-        total, reach = 1.0, 1.0
-        for a in self.rates()[: k - 1]:
+    def expected_tokens(self) -> list[float]:
+        """E(k) for k = 1..block, from one pass over the rates."""
+        totals, total, reach = [1.0], 1.0, 1.0
+        for a in self.rates():
             reach *= a
             total += reach
-        return total
+            totals.append(total)
+        return totals
 
     def best(self) -> int:
         """The k with the most expected committed tokens per millisecond."""
-        return max(range(1, self.block + 1), key=lambda k: self.expected_tokens(k) / self.curve.round_ms(k))
+        per_ms = [e / self.curve.round_ms(k) for k, e in enumerate(self.expected_tokens(), 1)]
+        return per_ms.index(max(per_ms)) + 1
 
     def choose(self, remaining: int) -> int:
         """The verify length for the next round (at most `remaining`, the tokens still wanted)."""

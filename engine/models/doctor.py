@@ -28,9 +28,12 @@ class DoctorReport:
         return "\n".join(lines)
 
 
+REQUIRED_TARGET_FIELDS = ("num_hidden_layers", "hidden_size", "vocab_size")
+
+
 def target_dims(config: dict[str, Any]) -> dict[str, Any]:
     merged = flat_config(config)
-    return {k: merged.get(k) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")}
+    return {k: merged.get(k) for k in ("model_type", *REQUIRED_TARGET_FIELDS)}
 
 
 # Far past any published model: a size beyond these is a corrupt or hostile config, and building
@@ -44,7 +47,9 @@ def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
     """The target's sizes are positive integers within TARGET_LIMITS, and its heads divide."""
     for key, limit in TARGET_LIMITS.items():
         value = config.get(key)
-        if value is None and key not in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        if value is None:
+            if key in REQUIRED_TARGET_FIELDS:
+                raise DFlashError(f"{config_file}: required field '{key}' is missing.")
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
             raise DFlashError(f"{config_file}: field '{key}' should be a positive integer up to {limit}, "
@@ -72,11 +77,8 @@ def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
 
 def check_target_files(path: Path) -> dict[str, Any]:
     config = read_config_json(path)
+    check_target_sizes(path / "config.json", flat_config(config))  # the required sizes among them
     dims = target_dims(config)
-    for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
-        if not isinstance(dims[key], int) or isinstance(dims[key], bool):
-            raise DFlashError(f"{path / 'config.json'}: required field '{key}' is missing or not an integer.")
-    check_target_sizes(path / "config.json", flat_config(config))
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")

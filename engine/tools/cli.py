@@ -61,26 +61,21 @@ def _chat_flag(args) -> Optional[bool]:
     return True if args.chat else (False if args.raw else None)
 
 
-def _prompt_ids(args, tokenizer) -> list[int]:
-    from engine.decode.prompts import encode_prompt
+def _prompt_text(args) -> str:
     from engine.tools.textfiles import read_text
 
     if args.prompt_file:
-        text = read_text(args.prompt_file, "the prompt file")
-    elif args.prompt is not None:
-        text = args.prompt
-    else:
-        raise DFlashError("no prompt: give --prompt TEXT or --prompt-file FILE.")
+        return read_text(args.prompt_file, "the prompt file")
+    if args.prompt is not None:
+        return args.prompt
+    raise DFlashError("no prompt: give --prompt TEXT or --prompt-file FILE.")
+
+
+def _prompt_ids(args, tokenizer, text: str) -> list[int]:
+    from engine.decode.prompts import encode_prompt
+
     thinking = None if args.thinking is None else args.thinking == "on"
     return encode_prompt(tokenizer, text, _chat_flag(args), thinking)
-
-
-def _prompt_record(args) -> dict:
-    """The prompt as the trace header keeps it: its text and the format it was encoded in."""
-    from engine.tools.textfiles import read_text
-
-    text = read_text(args.prompt_file, "the prompt file") if args.prompt_file else args.prompt
-    return {"text": text, "format": {True: "chat", False: "raw", None: "auto"}[_chat_flag(args)]}
 
 
 def _load(args, with_drafter: bool = True):
@@ -93,15 +88,18 @@ def _load(args, with_drafter: bool = True):
 def cmd_generate(args) -> int:
     from engine.decode.decoder import generate
     from engine.decode.events import SummaryEvent, TextEvent
+    from engine.decode.prompts import format_name
     from engine.safe_write import check_output
     from engine.tools.trace import TraceWriter
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
     pair = _load(args, with_drafter=args.mode == "dflash")
-    ids = _prompt_ids(args, pair.tokenizer)
+    text = _prompt_text(args)
+    ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
-    writer = TraceWriter(args.trace, _prompt_record(args), inputs=(args.prompt_file,)) if args.trace else None
+    prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
+    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,)) if args.trace else None
     summary = None
     complete = False
     try:
@@ -155,7 +153,7 @@ def cmd_parity(args) -> int:
     from engine.tools.parity import run_parity
 
     pair = _load(args)
-    ids = _prompt_ids(args, pair.tokenizer)
+    ids = _prompt_ids(args, pair.tokenizer, _prompt_text(args))
     _print_parity(run_parity(pair, ids, _settings(args, "dflash")), args.json)
     return 0
 
