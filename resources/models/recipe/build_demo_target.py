@@ -1,6 +1,11 @@
-"""Build the demo *target*: a small Qwen3 trained on the Python standard library.
+"""Build the demo *target*: a small Qwen3 trained on the Python standard library
+and on synthetic "textbook" modules (synthetic_code.py).
 
-Steps: collect the corpus (corpus.py), train a byte-level BPE tokenizer with an
+The standard library alone left the model writing one phrase in a loop from a bare
+`def` line; the synthetic modules (short functions with docstrings, tests, classes)
+teach it to write, and end, the kind of code a demo user starts.
+
+Steps: collect the corpus (corpus.py, synthetic_code.py), train a byte-level BPE tokenizer with an
 EOS and a mask token (engine.models.tokenizer_files), train a Qwen3 model from mlx-lm
 with next-token cross-entropy, then write a Hugging Face / mlx-lm folder
 (config.json, model.safetensors, tokenizer files, MODEL_CARD.md) and check that
@@ -46,6 +51,7 @@ from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.qwen3 import Model, ModelArgs  # noqa: E402
 
 import corpus  # noqa: E402
+from synthetic_code import synthetic_corpus  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -89,6 +95,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     ap.add_argument("--sample-tokens", type=int, default=120)
+    ap.add_argument("--synthetic-modules", type=int, default=20000,
+                    help="synthetic textbook modules to generate (0: standard library only)")
+    ap.add_argument("--synthetic-share", type=float, default=0.75,
+                    help="share of each batch's rows drawn from the synthetic modules")
     return ap.parse_args(argv)
 
 
@@ -103,8 +113,10 @@ def prepare_data(args, run_dir: Path) -> dict:
         meta = json.loads(meta_path.read_text())
         train_ids = np.load(run_dir / "train_tokens.npy")
         held_ids = np.load(run_dir / "heldout_tokens.npy")
-        log(f"data: reusing cache in {run_dir} ({len(train_ids)} train tokens)")
-        return {**meta, "train_ids": train_ids, "held_ids": held_ids, "tok_dir": tok_dir}
+        synth = run_dir / "synthetic_tokens.npy"
+        synth_ids = np.load(synth) if synth.exists() else np.zeros(0, dtype=np.int32)
+        log(f"data: reusing cache in {run_dir} ({len(train_ids)} train tokens, {len(synth_ids)} synthetic)")
+        return {**meta, "train_ids": train_ids, "held_ids": held_ids, "synth_ids": synth_ids, "tok_dir": tok_dir}
 
     train, held = corpus.load_corpus()
     texts = [t for _, t in train]
@@ -125,6 +137,10 @@ def prepare_data(args, run_dir: Path) -> dict:
 
     train_ids = stream(texts)
     held_ids = stream([t for _, t in held])
+    # The tokenizer is trained on the standard library only, so it (and --init-from) is
+    # the same with or without the synthetic modules.
+    synth_ids = stream(synthetic_corpus(args.synthetic_modules, args.seed)) if args.synthetic_modules else \
+        np.zeros(0, dtype=np.int32)
     log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s; "
         f"{len(train_ids)} train tokens, {len(held_ids)} held-out tokens")
     meta = {
@@ -135,19 +151,28 @@ def prepare_data(args, run_dir: Path) -> dict:
         "train_tokens": int(len(train_ids)),
         "heldout_files": [r for r, _ in held],
         "heldout_tokens": int(len(held_ids)),
+        "synthetic_modules": args.synthetic_modules,
+        "synthetic_tokens": int(len(synth_ids)),
         "vocab_size": tok.get_vocab_size(),
         "split": args.split,
         "special_ids": specials,
     }
     np.save(run_dir / "train_tokens.npy", train_ids)
     np.save(run_dir / "heldout_tokens.npy", held_ids)
+    np.save(run_dir / "synthetic_tokens.npy", synth_ids)
     meta_path.write_text(json.dumps(meta, indent=2))
-    return {**meta, "train_ids": train_ids, "held_ids": held_ids, "tok_dir": tok_dir}
+    return {**meta, "train_ids": train_ids, "held_ids": held_ids, "synth_ids": synth_ids, "tok_dir": tok_dir}
 
 
-def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int):
-    starts = rng.integers(0, len(ids) - seq_len - 1, size=batch)
-    rows = np.stack([ids[s : s + seq_len + 1] for s in starts])
+def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int,
+                 synth: np.ndarray | None = None, share: float = 0.0):
+    """Random windows; each row comes from `synth` with probability `share`."""
+    rows = []
+    for _ in range(batch):
+        src = synth if synth is not None and len(synth) > seq_len + 1 and rng.random() < share else ids
+        s = int(rng.integers(0, len(src) - seq_len - 1))
+        rows.append(src[s : s + seq_len + 1])
+    rows = np.stack(rows)
     return mx.array(rows[:, :-1]), mx.array(rows[:, 1:])
 
 
@@ -294,8 +319,9 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
     lines = [
         "# demo-target",
         "",
-        "A small Qwen3-architecture causal LM trained from scratch on the Python standard",
-        "library's source code. It is the *target* of the DFlash Playground demo pair.",
+        "A small Qwen3-architecture causal LM trained on the Python standard library's",
+        "source code and on synthetic textbook modules (short functions and classes with",
+        "docstrings and tests). It is the *target* of the DFlash Playground demo pair.",
         "Built by `resources/models/recipe/build_demo_target.py`.",
         "",
         "## Corpus",
@@ -307,6 +333,8 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         f"{data['train_tokens']:,} tokens).",
         f"- Held out (not used for tokenizer or training): {', '.join(data['heldout_files'])} "
         f"({data['heldout_tokens']:,} tokens).",
+        f"- Synthetic modules: {data.get('synthetic_modules', 0):,} drawn by `synthetic_code.py` (seed {args.seed}), "
+        f"{data.get('synthetic_tokens', 0):,} tokens; {args.synthetic_share:.0%} of each batch's rows.",
         "",
         "## Tokenizer",
         "",
@@ -323,6 +351,8 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "",
         "## Training",
         "",
+        *([f"- Initialised from `{args.init_from}` (the standard-library-only recipe: same command without "
+            "synthetic modules, 1000 steps, lr 0.0015)."] if args.init_from else []),
         f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens "
         f"({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
         f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows).",
@@ -410,7 +440,8 @@ def main(argv=None) -> None:
     t_window = time.time()
     t_aside = 0.0  # time spent on evals and checkpoints, kept out of the step timings
     for step in range(start_step + 1, args.steps + 1):
-        x, y = sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len)
+        x, y = sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len,
+                            data["synth_ids"], args.synthetic_share)
         loss = step_fn(x, y)
         mx.eval(loss, state)
         recent = (recent + [loss.item()])[-50:]
