@@ -12,6 +12,19 @@ from app.run_record import RunRecord
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
 
 
+def trace_device(header: dict) -> Optional[str]:
+    """The device line of a trace header, with the ranks of a sharded run (mlx.launch) when it had them."""
+    device = header.get("device")
+    if not isinstance(device, str):
+        return None
+    model = header.get("model")
+    dist = model.get("distributed") if isinstance(model, dict) else None
+    if isinstance(dist, dict):
+        device += (f" · {dist.get('ranks')} ranks ({dist.get('backend')}, {dist.get('sharding')} parallel, "
+                   f"{dist.get('collective_ms', 0):.2f} ms per collective)")
+    return device
+
+
 class StatusLine:
     def __init__(self, bar: QStatusBar):
         self.labels: dict[str, QLabel] = {}

@@ -31,7 +31,7 @@ from app.model_lists import ModelLists
 from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
-from app.status_line import StatusLine
+from app.status_line import StatusLine, trace_device
 
 log = logging.getLogger("app.window")
 
@@ -321,8 +321,9 @@ class MainWindow(QMainWindow):
         self.controller.show_replay(run, Path(path))
         if run.header is not None:
             self.prompt.apply_trace_header(run.header, run.table)
-            if isinstance(run.header.get("device"), str):
-                self.status_line.show_device(run.header["device"])
+            device = trace_device(run.header)
+            if device is not None:
+                self.status_line.show_device(device)
         self.center_tabs.setCurrentWidget(self.output)
         self.statusBar().showMessage(f"replaying {path}")
         return True

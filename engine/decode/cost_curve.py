@@ -15,7 +15,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -29,6 +29,7 @@ from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime import blas
+from engine.runtime.distributed import from_root
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
 
@@ -164,6 +165,10 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
     """(curve, from_cache): the cached curve for this target and machine, else a new measurement."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
+    if pair.ranks.sharded:
+        # Each host keeps its own cache, and a rank that measured while another read its
+        # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
+        return _agreed(measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel), pair), False
     path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats)}.json"
     if not fresh and path.is_file():
         try:
@@ -180,3 +185,10 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
     except DFlashError:
         pass  # an unwritable cache costs a re-measurement next time, nothing more
     return curve, False
+
+
+def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:
+    """The curve with rank 0's timings on every rank, so every rank's controller picks the same lengths."""
+    numbers = mx.array([curve.ar_step_ms, curve.draft_ms or 0.0, *curve.verify_ms], dtype=mx.float32)
+    ar, draft, *verify = from_root(numbers, pair.ranks).tolist()
+    return replace(curve, ar_step_ms=ar, draft_ms=draft if curve.draft_ms is not None else None, verify_ms=verify)

@@ -27,6 +27,7 @@ from engine.decode.stats import RoundStats
 from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
+from engine.runtime.distributed import from_root, heartbeat
 from engine.runtime.streams import STREAM
 
 def _ms(t0: float, t1: float) -> float:
@@ -67,7 +68,7 @@ class Decoder:
             self.out.stop_reason = "cancelled"
             yield self.summary(t_start, self.t_first)
             return
-        y = self.sampler.sample(last_logits)
+        y = from_root(self.sampler.sample(last_logits), self.pair.ranks)
         first = int(y.item())
         self.t_first = time.perf_counter()
         stop = self.out.add(first)
@@ -85,10 +86,11 @@ class Decoder:
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         """Pipelined like mlx-lm's generate_step: step n+1 is queued before token n is read."""
-        model, cache, out = self.pair.target, self.cache, self.out
+        model, cache, out, ranks = self.pair.target, self.cache, self.out, self.pair.ranks
 
         def step(token: mx.array) -> mx.array:
-            nxt = self.sampler.sample(model(token.reshape(1, 1), cache=cache)[0, -1])
+            # from_root: ranks of a sharded target commit rank 0's token (a no-op in one process)
+            nxt = from_root(self.sampler.sample(model(token.reshape(1, 1), cache=cache)[0, -1]), ranks)
             mx.async_eval(nxt)
             return nxt
 
@@ -178,7 +180,7 @@ class DFlashDecoder(Decoder):
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
-        result = accept(self.sampler, logits, drafts, logq)
+        result = from_root(accept(self.sampler, logits, drafts, logq), self.pair.ranks)
         new_taps = self.taps.concatenated() if self.block > 1 else None
         mx.eval(result, new_taps)
         accepted, bonus = result.tolist()
@@ -237,4 +239,6 @@ def generate(
     cls = DFlashDecoder if settings.mode == "dflash" else Decoder
     with mx.stream(STREAM):
         decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel)
-        yield from decoder.events()
+        for event in decoder.events():
+            heartbeat()  # a rank of a sharded run that stops here is noticed by the others
+            yield event

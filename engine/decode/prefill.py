@@ -10,6 +10,7 @@ from engine.decode.cancel import CancelToken
 from engine.errors import SettingsError
 from engine.models.drafter_config import flat_config
 from engine.models.pair import LoadedPair
+from engine.runtime.distributed import heartbeat
 
 PREFILL_STEP = 2048
 
@@ -43,6 +44,7 @@ def prefill(pair: LoadedPair, cache: list, prompt_ids: list[int], record_taps: b
     for start in range(0, len(prompt_ids), PREFILL_STEP):
         if cancel is not None and cancel.cancelled:
             return None, None
+        heartbeat("running the prompt")
         if record_taps:
             with pair.taps.capture():
                 logits = pair.target(ids[None, start : start + PREFILL_STEP], cache=cache)

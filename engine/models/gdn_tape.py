@@ -10,7 +10,10 @@ verify), a layer whose cache has a tape there also records what a rollback needs
 and per step k_t, g_t and the innovation delta_t (fp32).
 
 Calls this path does not cover (no cache, a padding mask, batched lengths,
-training, tensor-parallel sharding) go to mlx-lm's own forward unchanged.
+training) go to mlx-lm's own forward unchanged. Tensor-parallel layers (qwen3_5's
+`shard()`) are covered: sharding divides the head counts and dims this forward reads
+and slices out_proj, whose partial outputs this forward sums across the ranks as mlx-lm's
+does; mlx-lm's `sum_gradients` is the identity forward.
 """
 
 from __future__ import annotations
@@ -120,8 +123,9 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
     cache[1] = new_state
     cache.advance(S)
 
-    out = layer.norm(out, z)
-    return layer.out_proj(out.reshape(B, S, -1))
+    out = layer.out_proj(layer.norm(out, z).reshape(B, S, -1))
+    group = getattr(layer, "sharding_group", None)  # tensor parallel: out_proj holds a slice of the sum
+    return mx.distributed.all_sum(out, group=group) if group is not None else out
 
 
 def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
@@ -131,7 +135,6 @@ def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
         and getattr(cache, "lengths", None) is None
         and getattr(cache, "left_padding", None) is None
         and not layer.training
-        and getattr(layer, "sharding_group", None) is None
     )
 
 

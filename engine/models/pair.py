@@ -12,8 +12,10 @@ import mlx.nn as nn
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter, load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
+from engine.runtime.distributed import SINGLE, Ranks, collective_ms
 from engine.runtime.streams import STREAM
 from engine.models.taps import TapRecorder, install_taps
+from engine.models.sharding import PIPELINE, load_sharded
 from engine.models.target import TargetHead, load_target, rollback_kind
 
 ProgressFn = Callable[[str, float], None]
@@ -33,6 +35,18 @@ class LoadedPair:
     drafter: Optional[DFlashDrafter] = None
     drafter_path: Optional[Path] = None
     taps: Optional[TapRecorder] = None
+    ranks: Ranks = SINGLE
+    sharding: Optional[str] = None  # "tensor" or "pipeline" when the target is split across ranks
+    collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
+
+    def collectives_per_round(self) -> int:
+        """Collectives in one verify forward and its agreement: tensor parallel sums the attention (or
+        linear attention) and MLP outputs of every layer (and gathers an untied head); a pipeline
+        passes the hidden state once per stage and gathers it, and sums the taps. Plus one broadcast
+        of rank 0's decision."""
+        if self.sharding == PIPELINE:
+            return (self.ranks.size - 1) + 1 + (1 if self.taps is not None else 0) + 1
+        return 2 * self.head.num_layers + (1 if self.head.sharding_group is not None else 0) + 1
 
     def facts(self) -> dict[str, Any]:
         facts = {
@@ -44,6 +58,10 @@ class LoadedPair:
             "dtype": str(self.head.dtype).replace("mlx.core.", ""),
             "rollback": rollback_kind(self.target),
         }
+        if self.ranks.sharded:
+            facts["distributed"] = {"ranks": self.ranks.size, "backend": self.ranks.backend,
+                                    "sharding": self.sharding, "collective_ms": round(self.collective_ms, 4),
+                                    "collectives_per_round": self.collectives_per_round()}
         if self.drafter is not None:
             cfg = self.drafter.cfg
             facts.update(
@@ -61,13 +79,16 @@ def load_pair(
     drafter: str | Path | None,
     progress: Optional[ProgressFn] = None,
     should_cancel: Callable[[], bool] = lambda: False,
+    ranks: Ranks = SINGLE,
 ) -> LoadedPair:
-    """Check, then load. Raises DFlashError with the doctor's sentence when the pair cannot run."""
+    """Check, then load. Raises DFlashError with the doctor's sentence when the pair cannot run.
+    With `ranks` of an `mlx.launch` job, the target is sharded across them and the drafter
+    replicated on each."""
     with mx.stream(STREAM):
-        return _load_pair(target, drafter, progress, should_cancel)
+        return _load_pair(target, drafter, progress, should_cancel, ranks)
 
 
-def _load_pair(target, drafter, progress, should_cancel) -> LoadedPair:
+def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> LoadedPair:
     say = progress or (lambda stage, frac: None)
 
     def stage(name: str, frac: float) -> None:
@@ -81,13 +102,21 @@ def _load_pair(target, drafter, progress, should_cancel) -> LoadedPair:
         raise IncompatiblePairError(report.problems[0])
     target_path = Path(report.facts["target"])
     stage("loading target", 0.1)
-    model, tokenizer, config = load_target(target_path)
+    sharding = None
+    if ranks.sharded:
+        model, tokenizer, config, sharding = load_sharded(target_path, ranks)
+    else:
+        model, tokenizer, config = load_target(target_path)
     head = TargetHead(model)
-    pair = LoadedPair(model, tokenizer, target_path, config, head)
+    pair = LoadedPair(model, tokenizer, target_path, config, head, ranks=ranks, sharding=sharding)
     if drafter is not None:
         stage("loading drafter", 0.8)
         pair.drafter_path = Path(report.facts["drafter"])
         pair.drafter = load_drafter(pair.drafter_path, head.dtype)
-        pair.taps = install_taps(model, pair.drafter.cfg.target_layer_ids)
+        pair.taps = install_taps(model, pair.drafter.cfg.target_layer_ids,
+                                 ranks.group if sharding == PIPELINE else None)
+    if ranks.sharded:
+        block = pair.drafter.cfg.block_size if pair.drafter is not None else 1
+        pair.collective_ms = collective_ms(ranks, (1, block, head.hidden_size), head.dtype)
     stage("ready", 1.0)
     return pair

@@ -81,7 +81,11 @@ class TargetHead:
         self.logits_scaling = args.get("logits_scaling") if self.model_type.startswith("granite") else None
         self.hidden_size = int(args.get("hidden_size", 0))
         self.vocab_size = int(args.get("vocab_size", 0))
-        self.num_layers = len(decoder_layers(model))
+        # args, not the layer list: a pipelined model lists only this rank's layers
+        self.num_layers = int(args.get("num_hidden_layers") or len(decoder_layers(model)))
+        # A tensor-parallel untied head computes a slice of the vocabulary per rank.
+        owner = getattr(model, "language_model", model)
+        self.sharding_group = getattr(owner, "sharding_group", None) if self.lm_head is not None else None
         self.dtype = _param_dtype(self.embed_tokens)
         self.embed_scale = self.model_type in SCALED_EMBEDDING_TYPES
 
@@ -93,6 +97,10 @@ class TargetHead:
 
     def logits(self, hidden: mx.array) -> mx.array:
         out = self.lm_head(hidden) if self.lm_head is not None else self.embed_tokens.as_linear(hidden)
+        if self.sharding_group is not None:
+            from mlx_lm.models.base import gather_last_axis
+
+            out = gather_last_axis(out, self.sharding_group)
         if self.logit_scale:
             out = out * self.logit_scale
         if self.logits_scaling:

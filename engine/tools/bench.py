@@ -134,4 +134,5 @@ def run_bench(
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,
+        **({"distributed": pair.facts()["distributed"]} if pair.ranks.sharded else {}),
     }

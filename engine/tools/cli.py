@@ -1,5 +1,9 @@
 """The engine's subcommands: generate, parity, bench, doctor, export, demo.
 
+generate, parity, bench and calibrate also run as the ranks of an `mlx.launch` job: the
+target is sharded across them, every rank runs the same rounds, and only rank 0 prints
+and writes the trace (engine/runtime/distributed.py, engine/models/sharding.py).
+
 The `dflash-playground` console script (app/cli.py) adds `train-drafter` and `gui` on top of
 these; `python -m engine.tools.cli` runs the engine's own commands without Qt.
 """
@@ -7,7 +11,9 @@ these; `python -m engine.tools.cli` runs the engine's own commands without Qt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
 from typing import Callable, Optional
@@ -15,6 +21,7 @@ from typing import Callable, Optional
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError
+from engine.runtime import distributed
 from engine.tools.cli_parser import build_parser
 
 SAMPLING = DEFAULTS.sampling
@@ -82,7 +89,7 @@ def _load(args, with_drafter: bool = True):
     from engine.models.pair import load_pair
 
     target, drafter = _pair_args(args)
-    return load_pair(target, drafter if with_drafter else None)
+    return load_pair(target, drafter if with_drafter else None, ranks=getattr(args, "ranks", distributed.SINGLE))
 
 
 def cmd_generate(args) -> int:
@@ -99,7 +106,8 @@ def cmd_generate(args) -> int:
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
-    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,)) if args.trace else None
+    root = getattr(args, "ranks", distributed.SINGLE).root
+    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,)) if args.trace and root else None
     summary = None
     complete = False
     try:
@@ -181,6 +189,12 @@ def cmd_bench(args) -> int:
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
         shares = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"])
         print(f"accepted by block position (1..): {shares}")
+    if "distributed" in result:
+        d = result["distributed"]
+        comm = d["collectives_per_round"] * d["collective_ms"]
+        print(f"{d['ranks']} ranks ({d['backend']}, {d['sharding']} parallel): {d['collectives_per_round']} "
+              f"collectives per round x {d['collective_ms']:.3f} ms = ~{comm:.2f} ms of communication per round "
+              f"(DFlash verify {result['verify_ms']:.2f} ms)")
     if args.with_mlx_lm:
         print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
     if not result["identical"] and args.temperature == 0:
@@ -266,28 +280,85 @@ COMMANDS = {
 }
 
 
+# Commands that run across the ranks of an `mlx.launch` job.
+SHARDABLE = ("generate", "parity", "bench", "calibrate")
+
+
+def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
+    """Under `mlx.launch`: join the group (args.ranks), arm a watchdog, quiet ranks other than 0."""
+    if distributed.launched_backend() is None:
+        return None
+    if args.command not in SHARDABLE:
+        raise DFlashError(f"`{args.command}` runs in one process; under mlx.launch run one of "
+                          f"{', '.join(SHARDABLE)}.")
+    watchdog = distributed.Watchdog()
+    args.ranks = distributed.join(watchdog)
+    if not args.ranks.sharded:
+        watchdog.stop()
+        return None
+    watchdog.expect(distributed.LOAD_TIMEOUT_S, "loading the models")
+    distributed.arm(watchdog)
+    return watchdog
+
+
+def _error_line(args: argparse.Namespace, exc: BaseException) -> Optional[str]:
+    """The one line this rank prints for `exc`, or None where rank 0 speaks for the job."""
+    ranks = getattr(args, "ranks", distributed.SINGLE)
+    text = " ".join(str(exc).split())
+    if not ranks.sharded:
+        return f"error: {text}"
+    if not ranks.root:
+        return None  # every rank meets the same inputs; rank 0 speaks for the job
+    if distributed.peer_lost(exc):
+        return ("error: lost the connection to another rank (it stopped, or the link dropped); to see why, "
+                "run the same command on that host without mlx.launch.")
+    return f"error: {text}"
+
+
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
                 handlers: dict[str, Callable[[argparse.Namespace], int]]) -> int:
     """Run the chosen handler; a DFlashError is one line and exit 2, a bug one line unless --debug."""
     handler = handlers.get(args.command)
+    watchdog = None
     try:
         if handler is None:
             parser.print_help()
             return 0
-        return handler(args)
+        watchdog = _join(args)
+        if watchdog is None or args.ranks.root:
+            return handler(args)
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            return handler(args)  # rank 0 prints (and reports progress) for the job
     except DFlashError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, always
+        line = _error_line(args, exc)
+        if line:
+            print(line, file=sys.stderr)  # one line, always
+        return EXIT_ERROR
+    except RuntimeError as exc:
+        if not distributed.peer_lost(exc):
+            return _unexpected(args, exc)
+        line = _error_line(args, exc)
+        if line:
+            print(line, file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted.", file=sys.stderr)
         return 130
     except Exception as exc:  # an engine bug, not user input: still one line unless --debug
-        if args.debug:
-            traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
-        return EXIT_ERROR
+        return _unexpected(args, exc)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+            distributed.arm(None)
+
+
+def _unexpected(args: argparse.Namespace, exc: BaseException) -> int:
+    if args.debug:
+        traceback.print_exc()
+    print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def main(argv: Optional[list[str]] = None) -> int:

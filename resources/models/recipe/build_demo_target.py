@@ -139,8 +139,8 @@ def prepare_data(args, run_dir: Path) -> dict:
     held_ids = stream([t for _, t in held])
     # The tokenizer is trained on the standard library only, so it (and --init-from) is
     # the same with or without the synthetic modules.
-    synth_ids = stream(synthetic_corpus(args.synthetic_modules, args.seed)) if args.synthetic_modules else \
-        np.zeros(0, dtype=np.int32)
+    modules = getattr(args, "synthetic_modules", 0)  # the hybrid recipe shares this function
+    synth_ids = stream(synthetic_corpus(modules, args.seed)) if modules else np.zeros(0, dtype=np.int32)
     log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s; "
         f"{len(train_ids)} train tokens, {len(held_ids)} held-out tokens")
     meta = {
@@ -151,7 +151,7 @@ def prepare_data(args, run_dir: Path) -> dict:
         "train_tokens": int(len(train_ids)),
         "heldout_files": [r for r, _ in held],
         "heldout_tokens": int(len(held_ids)),
-        "synthetic_modules": args.synthetic_modules,
+        "synthetic_modules": modules,
         "synthetic_tokens": int(len(synth_ids)),
         "vocab_size": tok.get_vocab_size(),
         "split": args.split,
