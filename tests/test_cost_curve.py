@@ -16,6 +16,10 @@ def test_measure_covers_every_verify_length(qwen3_pair):
     assert curve.ar_step_ms > 0 and all(v > 0 for v in curve.verify_ms) and curve.draft_ms > 0
     assert curve.round_ms(1) == curve.verify_ms[0]  # a block of one drafts nothing
     assert curve.round_ms(4) == curve.verify_ms[3] + curve.draft_ms
+    # a fixed block size drafts only its own length: one draft time per length
+    assert len(curve.draft_by_length_ms) == 4 and curve.draft_by_length_ms[0] == 0
+    assert all(d > 0 for d in curve.draft_by_length_ms[1:]) and curve.draft_by_length_ms[3] == curve.draft_ms
+    assert curve.round_ms(2, whole_block=False) == curve.verify_ms[1] + curve.draft_by_length_ms[1]
 
 
 def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_path):

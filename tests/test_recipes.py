@@ -50,3 +50,36 @@ def test_resume_reuses_the_cached_token_streams(tmp_path, monkeypatch):
     args = build_demo_target.parse_args(["--vocab-size", "320", "--resume"])
     again = build_demo_target.prepare_data(args, tmp_path)
     assert (again["train_ids"] == first["train_ids"]).all()
+
+
+def test_synthetic_functions_are_correct_python_for_every_draw():
+    """Every task body, under every name, parameter list and hint style, passes its own tests."""
+    import os
+
+    import numpy as np
+    from synthetic_code import render_function, synthetic_corpus
+    from synthetic_tasks import TASKS
+
+    for task in TASKS:
+        for seed in range(8):
+            for hints in (True, False):
+                src, name = render_function(np.random.default_rng(seed), task, hints, doc_style=2)
+                scope: dict = {"os": os}
+                exec(src, scope)
+                for call, expected in task["tests"]:
+                    assert eval(call.format(f=name), scope) == eval(expected), f"{name}: {call}\n{src}"
+    for module in synthetic_corpus(200, seed=0):
+        compile(module, "<synthetic>", "exec")  # whole modules parse: imports, classes, tests, main blocks
+
+
+def test_bench_prompts_are_not_in_the_training_text():
+    """The demo pair's benchmark prompts appear nowhere in the text the target and drafter learn from."""
+    from corpus import load_corpus
+    from synthetic_code import synthetic_corpus
+
+    prompts = [json.loads(line)["prompt"] for line in (RECIPE_DIR / "bench_prompts.jsonl").read_text().splitlines()]
+    assert len(prompts) >= 30
+    default_modules = build_demo_target.parse_args([]).synthetic_modules
+    train, _ = load_corpus()
+    text = "\0".join(synthetic_corpus(default_modules, seed=0)) + "\0" + "\0".join(t for _, t in train)
+    assert [p for p in prompts if p in text] == []

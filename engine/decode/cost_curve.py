@@ -34,7 +34,7 @@ from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
 
 CONTEXT_TOKENS = 32  # the short context every verify starts from
-SCHEMA = 1
+SCHEMA = 2  # 2: draft time per block length
 
 
 @dataclass
@@ -49,13 +49,20 @@ class CostCurve:
     draft_ms: Optional[float]  # one drafter pass over a whole block (None without a drafter)
     measured_at: float  # time.time() of the measurement
     schema: int = SCHEMA
+    # draft_by_length_ms[L - 1]: drafting a block of L (a fixed block size L drafts only L); [0] is 0
+    draft_by_length_ms: Optional[list[float]] = None
 
     def verify_in_ar_steps(self) -> list[float]:
         return [round(v / self.ar_step_ms, 3) for v in self.verify_ms]
 
-    def round_ms(self, length: int) -> float:
-        """A round that verifies `length` positions: its draft (none for length 1) and its verify."""
-        return self.verify_ms[length - 1] + ((self.draft_ms or 0.0) if length > 1 else 0.0)
+    def round_ms(self, length: int, whole_block: bool = True) -> float:
+        """A round that verifies `length` positions: its draft (none for length 1) and its verify.
+        whole_block: the drafter drafted its whole block (auto); else only `length` (a fixed size)."""
+        if length <= 1:
+            return self.verify_ms[0]
+        if whole_block or not self.draft_by_length_ms:
+            return self.verify_ms[length - 1] + (self.draft_ms or 0.0)
+        return self.verify_ms[length - 1] + self.draft_by_length_ms[length - 1]
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -109,21 +116,24 @@ def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
         ids = mx.array([(97 + 31 * i) % vocab for i in range(CONTEXT_TOKENS + block)])
         _verify_once(pair, ids, block)  # warm-up: kernels compiled, caches allocated
         verify: list[list[float]] = [[] for _ in range(block)]
-        ar, draft = [], []
+        ar: list[float] = []
+        draft: list[list[float]] = [[] for _ in range(block)]
         for r in range(repeats):
             for length in range(1, block + 1):
                 if cancel.cancelled:
                     raise DFlashError("calibration was cancelled.")
                 verify[length - 1].append(_verify_once(pair, ids, length))
             ar.append(_verify_once(pair, ids, 1, ar=True))
-            if pair.drafter is not None and block > 1:
-                draft.append(_draft_once(pair, ids, block))
+            if pair.drafter is not None:
+                for length in range(2, block + 1):
+                    draft[length - 1].append(_draft_once(pair, ids, length))
             progress(f"repeat {r + 1}/{repeats}")
         device = str(mx.default_device())
     return CostCurve(
         target=str(pair.target_path), device=device, blas=blas.status.split(" (")[0], block=block,
         repeats=repeats, ar_step_ms=_median_ms(ar), verify_ms=[_median_ms(v) for v in verify],
-        draft_ms=_median_ms(draft) if draft else None, measured_at=time.time(),
+        draft_ms=_median_ms(draft[-1]) if draft[-1] else None, measured_at=time.time(),
+        draft_by_length_ms=[0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None,
     )
 
 

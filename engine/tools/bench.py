@@ -38,6 +38,15 @@ def _run(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
     return summary, rounds
 
 
+def check_prompts(pair: LoadedPair, prompts: list[tuple[str, list[int]]], max_tokens: int) -> None:
+    """Every prompt checked before any is measured."""
+    for n, (text, ids) in enumerate(prompts, 1):
+        try:
+            check_prompt(pair, ids, max_tokens)
+        except DFlashError as exc:
+            raise DFlashError(f"prompt {n} ({text[:40]!r}): {exc}") from None
+
+
 def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     """mlx-lm's own greedy stream_generate on the same model and prompt: its generation tok/s."""
     import mlx.core as mx
@@ -89,11 +98,7 @@ def run_bench(
     if repeats < 1:
         raise DFlashError(f"repeats {repeats} must be at least 1.")
     settings.resolved(pair)
-    for n, (text, ids) in enumerate(prompts, 1):  # every prompt checked before any is measured
-        try:
-            check_prompt(pair, ids, settings.max_tokens)
-        except DFlashError as exc:
-            raise DFlashError(f"prompt {n} ({text[:40]!r}): {exc}") from None
+    check_prompts(pair, prompts, settings.max_tokens)
     ar_settings, df_settings = replace(settings, mode="ar"), replace(settings, mode="dflash")
     warm_ids = prompts[0][1]
     progress("warm-up")

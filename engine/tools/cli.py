@@ -171,9 +171,16 @@ def cmd_bench(args) -> int:
     from engine.decode.prompts import encode_prompt
 
     texts = load_prompts(args.prompts)
+    sizes = None
+    if args.block_sizes:
+        from engine.tools.bench_sizes import parse_sizes
+
+        sizes = parse_sizes(args.block_sizes)  # before loading: a typo costs nothing
     pair = _load(args)
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    if sizes:
+        return _bench_sizes(args, pair, prompts, sizes, progress)
     result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress,
                        with_mlx_lm=args.with_mlx_lm)
     if args.json:
@@ -199,6 +206,31 @@ def cmd_bench(args) -> int:
         print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
     if not result["identical"] and args.temperature == 0:
         print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
+    return 0
+
+
+def _bench_sizes(args, pair, prompts, sizes, progress) -> int:
+    from engine.tools.bench_sizes import run_block_sizes
+
+    result = run_block_sizes(pair, prompts, _settings(args, "dflash"), sizes, args.repeats, progress)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    names = result["sizes"]
+    print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
+    for row in result["per_prompt"]:
+        label = row["prompt"].replace("\n", "\\n")[:30]
+        print(label.ljust(32) + f"{row['ar_tok_s']:10.1f}" + "".join(f"{row['speedup'][n]:10.2f}" for n in names))
+    print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")
+    for n in names:
+        o = result["overall"][n]
+        pred = f"{o['predicted_speedup']:11.2f}" if o["predicted_speedup"] else "-".rjust(11)
+        err = f"{o['error']:+9.1%}" if o["error"] is not None else "-".rjust(9)
+        tau = f"{o['tau']:8.2f}" if o["tau"] else "-".rjust(8)
+        print(f"{n:>12}{o['speedup']:10.2f}{pred}{err}{tau}  {o['identical']}")
+    if result["advice"]:
+        print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "
+              f"best fixed size: {result['advice']['best']}")
     return 0
 
 

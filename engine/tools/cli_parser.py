@@ -96,6 +96,8 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     fmt.add_argument("--chat", action="store_true")
     b.add_argument("--json", action="store_true")
     b.add_argument("--with-mlx-lm", action="store_true", help="also time mlx-lm's own generate (AR reference)")
+    b.add_argument("--block-sizes", metavar="LIST", help="e.g. 2,4,8,16,auto: measure each block size on every "
+                   "prompt, beside the advisor's prediction for it")
 
     d = sub.add_parser("doctor", help="can this drafter run with this target?")
     _add_model_args(d)

@@ -1,15 +1,15 @@
 """Train the demo DFlash drafter for resources/models/demo-target with `engine.training`.
 
 The target first writes the training text itself: greedy continuations of prompts taken
-from its corpus (the Python standard library, held-out modules excluded), cached in the
-run folder. Two stages, fixed seeds, checkpoints in runs/demo-drafter (resume with --resume):
+from its corpus (the Python standard library, held-out modules excluded, and the synthetic
+textbook modules of synthetic_code.py it was trained on), cached in the run folder. Two stages, fixed seeds, checkpoints in runs/demo-drafter (resume with --resume):
 
 1. from random weights, on continuations of random corpus windows;
 2. fine-tuned from stage 1 on those plus continuations of definition prompts (a `def` or
    `class` line and up to three more), the shape of prompt the demo is used with.
 
-At the end it benchmarks AR vs DFlash on eval_prompts.jsonl (hand-written prompts, not in
-the training text) and writes the figures into MODEL_CARD.md next to the weights.
+At the end it benchmarks AR vs DFlash on bench_prompts.jsonl (hand-written prompts of mixed
+kinds, none in the training text: tests/test_recipes.py checks) and writes the figures into MODEL_CARD.md next to the weights.
 
     OPENBLAS_NUM_THREADS=2 PYTHONPATH=. python resources/models/recipe/build_demo_drafter.py
 
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine  # noqa: E402  (optimised BLAS before MLX)
 from code_prompts import definition_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
+from synthetic_code import synthetic_corpus  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
@@ -68,15 +69,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--finetune-steps", type=int, default=1000, help="stage 2 steps (0: stop after stage 1)")
     ap.add_argument("--finetune-lr", type=float, default=1e-3)
     ap.add_argument("--finetune-warmup", type=int, default=20)
+    ap.add_argument("--synthetic-modules", type=int, default=20000,
+                    help="the synthetic modules the target was trained on (same seed), as prompt sources")
+    ap.add_argument("--init", help="stage 1 starts from this drafter's weights instead of random ones")
+    ap.add_argument("--bench-prompts", default=str(Path(__file__).resolve().parent / "bench_prompts.jsonl"))
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     return ap.parse_args()
 
 
-def bench(target: str, drafter: str, max_tokens: int, repeats: int) -> dict:
+def bench(target: str, drafter: str, max_tokens: int, repeats: int, prompts: str) -> dict:
     """The project's `bench` command in a fresh process with one BLAS thread (the decoding default;
     training's two threads would slow AR decoding and flatter the ratio)."""
-    prompts = Path(__file__).resolve().parent / "eval_prompts.jsonl"
     command = [sys.executable, "-m", "engine.tools.cli", "bench", "--target", target, "--drafter", drafter,
                "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--repeats", str(repeats),
                "--block-size", "16", "--raw", "--json"]
@@ -154,11 +158,11 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 (`engine/training`) by `resources/models/recipe/build_demo_drafter.py`.
 
 - Corpus: Python {python_version()} standard library (same files as the target), held out:
-  {", ".join(HELD_OUT)}; {corpus_tokens:,} tokens.
+  {", ".join(HELD_OUT)}, and the target's {args.synthetic_modules:,} synthetic modules; {corpus_tokens:,} tokens.
 - Drafter: {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
-- Stage 1 (from random weights): {distill_line(args, tokens)}
+- Stage 1 (from {f"`{args.init}`" if args.init else "random weights"}): {distill_line(args, tokens)}
   {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
   sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
   Final: {_final(first)}.{stage2}
@@ -167,9 +171,9 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
-Reproduce with `dflash-playground bench --prompts resources/models/recipe/eval_prompts.jsonl --max-tokens {result['max_tokens']} --repeats {result['repeats']}` (the demo pair is the default; its prompts are encoded raw, as it was trained).
+Reproduce with `dflash-playground bench --prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']}` (the demo pair is the default; its prompts are encoded raw, as it was trained).
 
-Prompts from `eval_prompts.jsonl`, not in the training text. Device: this machine's CPU
+Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device: this machine's CPU
 (BLAS: {result['blas'].split(' (')[0]}).
 
 | prompt | AR tok/s | DFlash tok/s | speedup | tau | draft ms | verify ms |
@@ -215,9 +219,11 @@ def main() -> int:
     stage1 = TrainSettings(
         layers=args.layers, block_size=args.block_size, taps=[int(x) for x in args.taps.split(",")],
         steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
-        warmup=args.warmup, seed=args.seed, eval_every=args.eval_every, eval_fraction=0.0,
+        warmup=args.warmup, seed=args.seed, eval_every=args.eval_every, eval_fraction=0.0, init=args.init,
     )
     train, held = load_corpus()
+    if args.synthetic_modules:
+        train = train + [(f"synthetic/{i}.py", t) for i, t in enumerate(synthetic_corpus(args.synthetic_modules, 0))]
     pair = load_pair(args.target, None)
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, [text for _, text in train], eos)
@@ -245,7 +251,7 @@ def main() -> int:
                                     run_dir / "finetune_checkpoint", args.resume)
         stages.append((trainer, len(mixed), len(definitions)))
         rates.append(rate)
-    result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats)
+    result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts)
     (out / "bench.json").write_text(json.dumps(result, indent=2))
     (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result, rates))
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)

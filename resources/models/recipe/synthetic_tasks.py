@@ -3,8 +3,7 @@
 Each task: alternative names, alternative parameter lists (`name: type` strings; the
 parameters are `{a}`, `{b}`, `{c}` in the texts), docstrings, bodies (4-space indented,
 `str.format` fields `{a}` and `{f}`, literal braces doubled) and (call, result) pairs
-that hold for every body. Every body is correct Python: the tests at the bottom of
-this file run them.
+that hold for every body. tests/test_recipes.py runs every body against its tests.
 """
 
 from __future__ import annotations
@@ -593,25 +592,3 @@ class {C}:
 """),
 ]
 
-
-if __name__ == "__main__":
-    # Check every body against every test, with and without hints, for every name/params draw.
-    import itertools
-    import os  # noqa: F401  (used by a test expression)
-
-    import numpy as np
-    from synthetic_code import render_function
-
-    failures = 0
-    for task in TASKS:
-        for seed, hints in itertools.product(range(12), (True, False)):
-            rng = np.random.default_rng(seed)
-            src, name = render_function(rng, task, hints, doc_style=1)
-            scope: dict = {"os": os}
-            exec(src, scope)
-            for call, expected in task["tests"]:
-                got = eval(call.format(f=name), scope)
-                if got != eval(expected):
-                    failures += 1
-                    print(f"FAIL {name}: {call.format(f=name)} = {got!r}, expected {expected}\n{src}")
-    print(f"{len(TASKS)} tasks, {failures} failures")
