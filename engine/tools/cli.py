@@ -22,6 +22,7 @@ import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError
 from engine.runtime import distributed
+from engine.tools.bench_report import print_bench, print_block_sizes
 from engine.tools.cli_parser import build_parser
 
 SAMPLING = DEFAULTS.sampling
@@ -185,27 +186,8 @@ def cmd_bench(args) -> int:
                        with_mlx_lm=args.with_mlx_lm)
     if args.json:
         print(json.dumps(result))
-        return 0
-    cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
-    print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
-    for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
-        label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
-    if result["round_in_ar_steps"]:
-        steps = result["round_in_ar_steps"]
-        print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
-        shares = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"])
-        print(f"accepted by block position (1..): {shares}")
-    if "distributed" in result:
-        d = result["distributed"]
-        comm = d["collectives_per_round"] * d["collective_ms"]
-        print(f"{d['ranks']} ranks ({d['backend']}, {d['sharding']} parallel): {d['collectives_per_round']} "
-              f"collectives per round x {d['collective_ms']:.3f} ms = ~{comm:.2f} ms of communication per round "
-              f"(DFlash verify {result['verify_ms']:.2f} ms)")
-    if args.with_mlx_lm:
-        print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
-    if not result["identical"] and args.temperature == 0:
-        print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
+    else:
+        print_bench(result, with_mlx_lm=args.with_mlx_lm, greedy=args.temperature == 0)
     return 0
 
 
@@ -215,22 +197,8 @@ def _bench_sizes(args, pair, prompts, sizes, progress) -> int:
     result = run_block_sizes(pair, prompts, _settings(args, "dflash"), sizes, args.repeats, progress)
     if args.json:
         print(json.dumps(result))
-        return 0
-    names = result["sizes"]
-    print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
-    for row in result["per_prompt"]:
-        label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + f"{row['ar_tok_s']:10.1f}" + "".join(f"{row['speedup'][n]:10.2f}" for n in names))
-    print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")
-    for n in names:
-        o = result["overall"][n]
-        pred = f"{o['predicted_speedup']:11.2f}" if o["predicted_speedup"] else "-".rjust(11)
-        err = f"{o['error']:+9.1%}" if o["error"] is not None else "-".rjust(9)
-        tau = f"{o['tau']:8.2f}" if o["tau"] else "-".rjust(8)
-        print(f"{n:>12}{o['speedup']:10.2f}{pred}{err}{tau}  {o['identical']}")
-    if result["advice"]:
-        print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "
-              f"best fixed size: {result['advice']['best']}")
+    else:
+        print_block_sizes(result)
     return 0
 
 
