@@ -35,6 +35,18 @@ class RunJob:
 
 
 @dataclass(frozen=True)
+class AdviseJob:
+    """The block-size advisor on a run's rounds (trace records), with the loaded pair's cost curve."""
+
+    rounds: list[dict[str, Any]]
+    decode_s: float
+    ar_tok_s: Optional[float]  # measured AR speed when the run had an AR twin (Both mode)
+    block: Optional[int]  # the block size the run used (None: the drafter's)
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False)
+    kind: str = "advise"
+
+
+@dataclass(frozen=True)
 class ShutdownJob:
     """Drop every MLX object on the worker thread, then end its event loop."""
 
@@ -93,6 +105,12 @@ class ParityDone:
     cancelled: bool
     mean_acceptance_length: Optional[float] = None
     round_in_ar_steps: Optional[float] = None  # the tau at which DFlash breaks even
+
+
+@dataclass
+class AdviceReady:
+    curve: dict[str, Any]  # engine.decode.cost_curve.CostCurve as a dict
+    advice: Optional[dict[str, Any]]  # engine.decode.advisor.Advice.to_dict(); None without rounds
 
 
 @dataclass

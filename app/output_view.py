@@ -12,11 +12,24 @@ from typing import Iterable, Optional
 
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QToolTip
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QTextEdit, QToolTip
 
 from app import theme
 from app.run_record import OutToken, RunRecord
 from app.tokens import chip_text
+
+
+def token_legend() -> QLabel:
+    """The key to the output's colours, shown under the tabs."""
+    legend = QLabel(
+        "<span style='background:#245c3b'>&nbsp;accepted draft&nbsp;</span>&nbsp; "
+        "<span style='background:#23508a'>&nbsp;bonus&nbsp;</span>&nbsp; "
+        "<span style='background:#8a4f1c'>&nbsp;correction&nbsp;</span>&nbsp; "
+        "plain: AR / prefill &nbsp;·&nbsp; hover a token for its round, block position and id; "
+        "click it to find its round &nbsp;·&nbsp; round times below in ms")
+    legend.setObjectName("hint")
+    legend.setWordWrap(True)
+    return legend
 
 
 def _qt_len(text: str) -> int:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
 )
 
+from engine.decode.calibration import broke_at
 from engine.decode.events import RoundEvent
 from app import theme
 from app.run_record import RunRecord
@@ -119,7 +120,24 @@ def round_tooltip(r: RoundEvent, table) -> str:
             f"rollback {r.rollback_ms:.2f} ms"
             + (f"\nverified {r.verified} positions (the anchor and {r.verified - 1} drafts)" if r.verified else "")
             + (f"; drafted but not verified: {' '.join(chip_text(table, t) for t in r.unverified)}"
-               if r.unverified else ""))
+               if r.unverified else "")
+            + why_lines(r, table))
+
+
+def why_lines(r: RoundEvent, table) -> str:
+    """The drafter's confidence per draft and, where the block broke, how far apart the models were."""
+    if not r.draft_p:
+        return ""
+    text = "\ndrafter confidence per draft: " + " ".join(f"{p:.2f}" for p in r.draft_p)
+    broke = broke_at(r)
+    if broke is not None:
+        rank = broke["target_rank"]
+        text += (f"\nbroke at draft {broke['position']}: the drafter gave {chip_text(table, broke['draft'])} "
+                 f"p {broke['draft_p']:.2f} (the target p {broke['target_p']:.2f}); the target chose "
+                 f"{chip_text(table, broke['target_choice'])} by a logit margin of {broke['margin']:.2f}, "
+                 + ("the drafter's first choice too (a sampling miss)" if rank == 0 else
+                    f"ranked {rank + 1} in the drafter's list"))
+    return text
 
 
 def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:

@@ -17,10 +17,10 @@ from typing import Any, Optional
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import StartEvent
+from engine.decode.events import StartEvent, to_dict
 from app.jobs import (
-    EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
-    RunFailed, RunJob,
+    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
+    ParityDone, RunFailed, RunJob,
 )
 from app.run_record import RunRecord
 from app.throttle import Throttle
@@ -93,6 +93,20 @@ class RunController(QObject):
         self.w.statusBar().showMessage("running…")
         self._submit(job)
 
+    def advise(self) -> None:
+        """Ask the worker for the block-size advice on the run in the Rounds view."""
+        run = self.rounds_run
+        if self.busy:
+            return
+        if run is None or run.summary is None or not run.rounds:
+            self.w.notify("run DFlash (or open a DFlash trace) first: the advisor learns from its rounds.")
+            return
+        ar = self.runs.get("ar")
+        ar_tok_s = ar.summary.tok_per_s if ar is not None and ar.summary is not None else None
+        self.w.statusBar().showMessage("advising: measuring the cost curve (cached after the first time)…")
+        self._submit(AdviseJob([to_dict(r) for r in run.rounds], run.summary.decode_s, ar_tok_s,
+                               run.start.settings.get("block_size")))
+
     def stop(self) -> None:
         """Cancel the job in progress: a run stops within one round, a load between stages."""
         if self.active is not None:
@@ -118,6 +132,7 @@ class RunController(QObject):
         self.w.output.set_run(run)
         self.w.rounds.set_run(self.rounds_run)
         self.w.plots.update_runs(self.runs, self.rounds_run)
+        self.w.why_view.update_run(self.rounds_run)
         self.w.update_status()
 
     # ---- draining the worker ---------------------------------------------------------------
@@ -153,6 +168,14 @@ class RunController(QObject):
         elif isinstance(msg, LoadFailed):
             self.loaded = None  # the worker let go of the old pair before trying the new one
             w.pair_failed(msg.message, msg.cancelled)
+        elif isinstance(msg, AdviceReady):
+            run = self.rounds_run
+            block = run.start.settings.get("block_size") if run is not None else None
+            replayed = self.replaying is not None and self.loaded is not None
+            note = (f" The cost curve is the loaded pair's ({self.loaded.target}) on this machine."
+                    if replayed else "")
+            w.why_view.show_advice(msg.curve, msg.advice, block, note)
+            w.statusBar().showMessage("advice ready (Why tab)")
         elif isinstance(msg, ParityDone):
             self.parity = msg
             self._dirty = True
@@ -187,6 +210,7 @@ class RunController(QObject):
         if final or now - self._last_plot >= max(PLOT_MIN_S, 2 * self._throttle.last_gap):
             self._last_plot = now
             w.plots.update_runs(self.runs, self.rounds_run)
+            w.why_view.update_run(self.rounds_run)
             self._dirty = False
         if final:
             self._dirty = False
@@ -213,6 +237,8 @@ class RunController(QObject):
         elif msg.kind == "load":
             self.job_finished.emit(msg.kind)
             self.load_finished.emit(msg.ok)
+        else:  # advise
+            self.job_finished.emit(msg.kind)
 
     def shutdown(self) -> None:
         self.timer.stop()

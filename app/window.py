@@ -14,7 +14,7 @@ from typing import Optional
 from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
+    QFileDialog, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from engine.models.demo import SAMPLE_PROMPT, demo_pair
@@ -22,7 +22,7 @@ from engine.errors import DFlashError
 from app import files
 from app.jobs import PairInfo, ParityDone
 from app.models_panel import ModelsPanel
-from app.output_view import OutputView
+from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
@@ -32,6 +32,7 @@ from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
 from app.status_line import StatusLine, trace_device
+from app.why_view import WhyView
 
 log = logging.getLogger("app.window")
 
@@ -95,14 +96,9 @@ class MainWindow(QMainWindow):
         self.center_tabs = QTabWidget()
         self.center_tabs.addTab(self.output, "Output")
         self.center_tabs.addTab(self.parity_view, "Parity")
-        self.legend = QLabel(
-            "<span style='background:#245c3b'>&nbsp;accepted draft&nbsp;</span>&nbsp; "
-            "<span style='background:#23508a'>&nbsp;bonus&nbsp;</span>&nbsp; "
-            "<span style='background:#8a4f1c'>&nbsp;correction&nbsp;</span>&nbsp; "
-            "plain: AR / prefill &nbsp;·&nbsp; hover a token for its round, block position and id; "
-            "click it to find its round &nbsp;·&nbsp; round times below in ms")
-        self.legend.setObjectName("hint")
-        self.legend.setWordWrap(True)
+        self.why_view = WhyView()
+        self.center_tabs.addTab(self.why_view, "Why")
+        self.legend = token_legend()
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
@@ -132,6 +128,7 @@ class MainWindow(QMainWindow):
         self.prompt.run_button.clicked.connect(self.start_run)
         self.prompt.stop_button.clicked.connect(self.stop)
         self.rounds.round_selected.connect(self._round_selected)
+        self.why_view.advise_requested.connect(self.controller.advise)
         self.output.token_clicked.connect(self._token_clicked)
 
     def _build_menus(self) -> None:
@@ -229,6 +226,7 @@ class MainWindow(QMainWindow):
         self.parity_view.clear()
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
+        self.why_view.clear()
         self.update_status()
 
     def pair_loaded(self, info: PairInfo) -> None:

@@ -26,8 +26,8 @@ from engine.decode.events import StartEvent
 from engine.decode.prompts import encode_prompt, format_name
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
-    EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo, ParityDone,
-    RunFailed, RunJob, ShutdownJob,
+    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
+    ParityDone, RunFailed, RunJob, ShutdownJob,
 )
 from app.tokens import build_token_table
 
@@ -92,6 +92,8 @@ class Worker(QObject):
                 ok = False
             elif isinstance(job, LoadJob):
                 ok = self._load(job)
+            elif isinstance(job, AdviseJob):
+                ok = self._advise(job)
             elif isinstance(job, RunJob):
                 stage = "load" if job.load is not None else "run"
                 ok = job.load is None or self._load(job.load)
@@ -144,6 +146,19 @@ class Worker(QObject):
             return False
         self.pair, self.pair_key = pair, (job.target, job.drafter)
         put(Loaded(info))
+        return True
+
+    def _advise(self, job: AdviseJob) -> bool:
+        from dataclasses import asdict
+
+        from engine.decode.advisor import advise
+        from engine.decode.cost_curve import cost_curve
+
+        if self.pair is None or self.pair.drafter is None:
+            raise DFlashError("the advisor needs the cost curve of a loaded target and drafter; load a pair first.")
+        curve, _ = cost_curve(self.pair, cancel=job.cancel)
+        advice = advise(job.rounds, job.decode_s, curve, job.ar_tok_s, block=job.block)
+        self.outbox.put(AdviceReady(asdict(curve), advice.to_dict() if advice else None))
         return True
 
     def _run(self, job: RunJob) -> bool:

@@ -25,6 +25,7 @@ from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings
 from engine.decode.stats import RoundStats
 from engine.decode.verify_length import VerifyLengthController
+from engine.decode.why import as_lists, explain
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime.distributed import from_root, heartbeat
@@ -172,7 +173,7 @@ class DFlashDecoder(Decoder):
         length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
         verify = length if self.verify_length is None else self.verify_length.choose(length)
         t0 = time.perf_counter()
-        drafts, logq = self.draft(anchor, length if verify > 1 else 1)
+        drafts, logq, draft_logits = self.draft(anchor, length if verify > 1 else 1)
         unverified = drafts[verify - 1:].tolist() if verify < length and verify > 1 else []
         drafts, logq = drafts[: verify - 1], (logq[: verify - 1] if logq is not None else None)
         t1 = time.perf_counter()
@@ -182,7 +183,8 @@ class DFlashDecoder(Decoder):
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
         result = from_root(accept(self.sampler, logits, drafts, logq), self.pair.ranks)
         new_taps = self.taps.concatenated() if self.block > 1 else None
-        mx.eval(result, new_taps)
+        why = explain(draft_logits, logits, drafts) if draft_logits is not None and drafts.size else None
+        mx.eval(result, new_taps, why)
         accepted, bonus = result.tolist()
         t2 = time.perf_counter()
 
@@ -211,20 +213,22 @@ class DFlashDecoder(Decoder):
             generated=len(self.out.tokens),
             verified=verify,
             unverified=unverified,
+            **(as_lists(why.tolist()) if why is not None else {}),
         )
 
-    def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array]]:
-        """The block's drafts d1..d_{length-1} (and, at T > 0, the drafter's log-probs of them)."""
+    def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array], Optional[mx.array]]:
+        """The block's drafts d1..d_{length-1}, (at T > 0) the drafter's log-probs of them, and its logits."""
         if length <= 1:
-            return mx.array([], dtype=mx.int32), None
+            return mx.array([], dtype=mx.int32), None, None
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
         ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
         hidden = self.drafter(self.head.embed(ids), ctx, self.drafter_cache, self.position)
-        drafts, logq = self.sampler.draft(self.head.logits(hidden[0, 1:]))
+        logits = self.head.logits(hidden[0, 1:])
+        drafts, logq = self.sampler.draft(logits)
         mx.eval(drafts, logq, [c.state for c in self.drafter_cache])
         self.pending = []
-        return drafts, logq
+        return drafts, logq, logits
 
 
 def generate(

@@ -32,6 +32,12 @@ class RoundEvent:
     generated: int  # output length after this round
     verified: Optional[int] = None  # tokens the target verified: anchor + drafted (--block-size auto picks it)
     unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (auto only)
+    # per verified draft (engine/decode/why.py): the drafter's and the target's probability of it, the
+    # target's top-1 margin, and the rank of the target's choice in the drafter's distribution
+    draft_p: list[float] = field(default_factory=list)
+    target_p: list[float] = field(default_factory=list)
+    margin: list[float] = field(default_factory=list)
+    target_rank: list[int] = field(default_factory=list)
     type: str = "round"
 
 

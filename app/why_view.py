@@ -1,0 +1,124 @@
+"""The "Why" tab: is the drafter calibrated, which block size pays on this machine, and what a
+verify costs here.
+
+Three plots: acceptance against the drafter's confidence (from the run's rounds, live), the
+advisor's predicted speedup for every block size with the current one marked, and the cost
+curve. The last two come from the worker (`Advise block size`): it measures or reads the
+cached cost curve of the loaded pair and runs the advisor on this run's rounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from engine.decode.calibration import calibration
+from app import theme
+from app.run_record import RunRecord
+
+
+def _brush(colour: str, alpha: int) -> Any:
+    c = pg.mkColor(colour)
+    c.setAlpha(alpha)
+    return pg.mkBrush(c)
+
+
+class WhyView(QWidget):
+    advise_requested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("whyView")
+        self.advise_button = QPushButton("Advise block size")
+        self.advise_button.setToolTip("measure (or read the cached) cost curve of the loaded pair and predict "
+                                      "every block size's speedup from this run's rounds")
+        self.advise_button.clicked.connect(self.advise_requested)
+        self.summary = QLabel("Run DFlash, then press Advise block size.")
+        self.summary.setObjectName("hint")
+        self.summary.setWordWrap(True)
+        row = QHBoxLayout()
+        row.addWidget(self.advise_button)
+        row.addWidget(self.summary, 1)
+
+        self.plots = pg.GraphicsLayoutWidget()
+        title = {"size": "9pt", "color": theme.FOREGROUND}
+        self.p_cal = self.plots.addPlot(row=0, col=0)
+        self.p_cal.setTitle("Accepted vs drafter confidence", **title)
+        self.p_cal.setLabel("bottom", "drafter's probability of its draft")
+        self.p_cal.setLabel("left", "accepted")
+        self.p_cal.setRange(xRange=(0, 1), yRange=(0, 1.05))
+        self.p_cal.plot([0, 1], [0, 1], pen=pg.mkPen(theme.FOREGROUND, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.cal_curve = self.p_cal.plot(pen=pg.mkPen(theme.PLOT_DFLASH, width=2), symbol="o", symbolSize=6,
+                                         symbolBrush=theme.PLOT_DFLASH)
+
+        self.p_adv = self.plots.addPlot(row=0, col=1)
+        self.p_adv.setTitle("Predicted speedup by block size", **title)
+        self.p_adv.setLabel("bottom", "block size")
+        self.adv_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
+                                        brush=_brush(theme.PLOT_DFLASH, 170), pen=pg.mkPen(None))
+        self.adv_current = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
+                                           brush=_brush(theme.PLOT_VERIFY, 230), pen=pg.mkPen(None))
+        self.p_adv.addItem(self.adv_bars)
+        self.p_adv.addItem(self.adv_current)
+        self.p_adv.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.PLOT_AR, width=1)))
+        self.adv_auto = pg.InfiniteLine(angle=0, pen=pg.mkPen(theme.PLOT_ROLLBACK, width=1,
+                                                              style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.p_adv.addItem(self.adv_auto)
+        self.adv_auto.hide()
+
+        self.p_cost = self.plots.addPlot(row=0, col=2)
+        self.p_cost.setTitle("Cost curve (ms)", **title)
+        self.p_cost.setLabel("bottom", "verified positions")
+        self.cost_verify = self.p_cost.plot(pen=pg.mkPen(theme.PLOT_VERIFY, width=2), symbol="o", symbolSize=5,
+                                            symbolBrush=theme.PLOT_VERIFY)
+        self.cost_ar = pg.InfiniteLine(angle=0, pen=pg.mkPen(theme.PLOT_AR, width=1))
+        self.p_cost.addItem(self.cost_ar)
+        self.cost_ar.hide()
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(row)
+        lay.addWidget(self.plots, 1)
+        self.advice: Optional[dict] = None
+
+    def clear(self) -> None:
+        self.cal_curve.setData([], [])
+        self.adv_bars.setOpts(x=np.zeros(0), height=np.zeros(0))
+        self.adv_current.setOpts(x=np.zeros(0), height=np.zeros(0))
+        self.adv_auto.hide()
+        self.cost_verify.setData([], [])
+        self.cost_ar.hide()
+        self.advice = None
+        self.summary.setText("Run DFlash, then press Advise block size.")
+
+    def update_run(self, run: Optional[RunRecord]) -> None:
+        """The calibration plot from the run's rounds (those that carry confidences)."""
+        points = calibration(run.rounds) if run is not None else []
+        self.cal_curve.setData([p for p, _, _ in points], [a for _, a, _ in points])
+
+    def show_advice(self, curve: dict, advice: Optional[dict], current: Optional[int], note: str = "") -> None:
+        lengths = np.arange(1, len(curve["verify_ms"]) + 1, dtype=float)
+        self.cost_verify.setData(lengths, np.asarray(curve["verify_ms"], dtype=float))
+        self.cost_ar.setValue(curve["ar_step_ms"])
+        self.cost_ar.show()
+        self.advice = advice
+        if advice is None:
+            self.summary.setText("No DFlash rounds to learn from: run DFlash first." + note)
+            return
+        x = np.asarray(advice["lengths"], dtype=float)
+        y = np.asarray(advice["speedup"], dtype=float)
+        mine = (x == current) if current else np.zeros(len(x), dtype=bool)
+        self.adv_bars.setOpts(x=x[~mine], height=y[~mine])
+        self.adv_current.setOpts(x=x[mine], height=y[mine])
+        self.adv_auto.setValue(advice["auto_speedup"])
+        self.adv_auto.show()
+        best = advice["best"]
+        now = f"block {current}: ×{advice['speedup'][current - 1]:.2f} predicted; " if current else ""
+        self.summary.setText(
+            f"{now}best fixed block size {best}: ×{advice['speedup'][best - 1]:.2f}; auto ≈ ×{advice['auto_speedup']:.2f} "
+            f"(dashed). From {advice['rounds']} rounds and this machine's cost curve (AR step "
+            f"{curve['ar_step_ms']:.2f} ms, the flat line).{note}")

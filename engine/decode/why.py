@@ -1,0 +1,42 @@
+"""Why a round accepted what it did: per drafted position, how sure each model was.
+
+For draft i (compared with the target's row i of the verify):
+- draft_p: the drafter's probability of the token it drafted;
+- target_p: the target's probability of that same token;
+- margin: the target's top-1 minus top-2 logit (how clear its own choice was);
+- target_rank: where the target's choice ranked in the drafter's distribution (0: the
+  drafter's own first choice; large: the drafter never considered it).
+Plain softmax of the raw logits (temperature 1), whatever the sampling settings, so runs compare.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+FIELDS = ("draft_p", "target_p", "margin", "target_rank")
+
+
+def explain(draft_logits: mx.array, target_logits: mx.array, drafts: mx.array) -> mx.array:
+    """(4, n) float32, rows in FIELDS order, for the n verified drafts (lazy: evaluate with the round)."""
+    n = drafts.shape[0]
+    dl = draft_logits[:n].astype(mx.float32)
+    tl = target_logits[:n].astype(mx.float32)
+    idx = drafts.reshape(n, 1)
+    draft_p = mx.take_along_axis(mx.softmax(dl, axis=-1), idx, axis=-1)[:, 0]
+    target_p = mx.take_along_axis(mx.softmax(tl, axis=-1), idx, axis=-1)[:, 0]
+    top2 = mx.topk(tl, 2, axis=-1)
+    margin = mx.max(top2, axis=-1) - mx.min(top2, axis=-1)
+    choice = mx.argmax(tl, axis=-1).reshape(n, 1)
+    rank = mx.sum(dl > mx.take_along_axis(dl, choice, axis=-1), axis=-1).astype(mx.float32)
+    return mx.stack([draft_p, target_p, margin, rank])
+
+
+def as_lists(table: list[list[float]]) -> dict[str, list]:
+    """The evaluated table as the round event's fields (rounded; ranks as ints)."""
+    draft_p, target_p, margin, rank = table
+    return {
+        "draft_p": [round(v, 4) for v in draft_p],
+        "target_p": [round(v, 4) for v in target_p],
+        "margin": [round(v, 3) for v in margin],
+        "target_rank": [int(v) for v in rank],
+    }

@@ -1,0 +1,50 @@
+"""The Why tab: drafter calibration from the run's rounds, and the block-size advisor on demand."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.rounds_view import ROUND_ROLE, round_tooltip
+from conftest import PROMPTS
+from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+
+
+def test_advise_fills_the_why_tab_from_the_run(qtbot, make_window, alternating_dirs):
+    w = make_window()
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=24, block_size=4)
+    run_and_wait(qtbot, w)
+    assert w.errors == []
+    x, y = w.why_view.cal_curve.getData()
+    assert x is not None and len(x) > 0 and all(0 <= v <= 1 for v in y)  # calibration from the rounds
+    with qtbot.waitSignal(w.job_finished, timeout=60_000):
+        w.why_view.advise_button.click()
+    assert w.errors == []
+    advice = w.why_view.advice
+    assert advice is not None and advice["lengths"] == [1, 2, 3, 4]
+    # the alternating oracle accepts exactly one draft a round: two tokens a round from block 2 on
+    assert all(abs(c - 2) < 0.05 for c in advice["committed"][1:])
+    heights = list(w.why_view.adv_current.opts["height"])
+    assert heights == [advice["speedup"][3]]  # the run's block size (4) is the marked bar
+    # the cost curve spans the drafter's whole block; the advice only the block the run verified
+    assert len(w.why_view.cost_verify.getData()[0]) == w.loaded.facts["block_size"]
+    assert "best fixed block size" in w.why_view.summary.text()
+
+
+def test_advise_before_any_run_says_what_to_do(qtbot, make_window):
+    w = make_window()
+    w.why_view.advise_button.click()
+    assert any("run DFlash" in n for n in w.notices)
+    assert not w.busy
+
+
+def test_the_rounds_tooltip_says_where_the_block_broke(qtbot, make_window, alternating_dirs):
+    w = make_window()
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4)
+    run_and_wait(qtbot, w)
+    model = w.rounds.model()
+    index = model.index(0, 2)
+    r = model.data(index, ROUND_ROLE)
+    tip = round_tooltip(r, w.rounds_run.table)
+    assert "drafter confidence per draft" in tip
+    assert "broke at draft 2" in tip and "ranked" in tip
+    assert model.data(index, Qt.ItemDataRole.ToolTipRole) == tip
