@@ -108,3 +108,43 @@ def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_len
     table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
     assert len(common) >= 3, samples
     assert chi2_contingency(table).pvalue > ALPHA, samples
+
+
+@pytest.fixture
+def backed_off(monkeypatch):
+    """A controller that always finds plain decoding best: rounds run in pipelined plain stretches
+    between probes."""
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self: 1)
+
+
+def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_off, monkeypatch):
+    ar, _ = run(qwen3_pair, PROMPTS[0], mode="ar", max_tokens=60)
+    df, rounds = run(qwen3_pair, PROMPTS[0], max_tokens=60, auto=True)
+    assert df.token_ids == ar.token_ids
+    stretch = [r for r in rounds if r.verified == 1 and r.draft_ms == 0.0]
+    probes = [r for r in rounds if r.drafted]
+    assert len(stretch) > 20 and probes  # mostly plain, probing now and then
+    assert [r.index for r in rounds] == list(range(len(rounds)))
+    # The same decisions one round at a time: the probes draft the same tokens, so the drafter
+    # saw the same target taps for every plain token of a stretch.
+    monkeypatch.setattr(VerifyLengthController, "plain_stretch", lambda self: 0)
+    _, single = run(qwen3_pair, PROMPTS[0], max_tokens=60, auto=True)
+    assert [(r.position, r.drafted) for r in single if r.drafted] == [(r.position, r.drafted) for r in probes]
+
+
+def test_sampling_in_plain_stretches_is_exact(qwen3_pair, backed_off):
+    """First three tokens over many seeds: AR vs DFlash backed off to plain stretches."""
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
+    samples = {"ar": Counter(), "dflash": Counter()}
+    for seed in range(300):
+        for mode in samples:
+            summary, _ = run(qwen3_pair, ids, mode=mode, max_tokens=3, auto=mode == "dflash",
+                             block_size=4 if mode == "dflash" else None,
+                             sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
+            samples[mode][tuple(summary.token_ids)] += 1
+    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
+    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
+    assert len(common) >= 3, samples
+    assert chi2_contingency(table).pvalue > ALPHA, samples

@@ -158,15 +158,17 @@ class DFlashDecoder(Decoder):
             self.pending.append(context)
         anchor, index = int(y.item()), 0
         while not self.cancel.cancelled:
-            event = self.round(index, anchor)
-            self.stats.add(event)
-            yield event
-            yield TextEvent(self.out.take_delta(), event.committed, index, event.t)
-            if self.out.stop_reason is not None:
-                return
-            anchor = event.bonus
-            self.position += event.accepted + 1
-            index += 1
+            plain = self.verify_length.plain_stretch() if self.verify_length is not None else 0
+            rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
+            for event in rounds:
+                self.stats.add(event)
+                yield event
+                yield TextEvent(self.out.take_delta(), event.committed, index, event.t)
+                if self.out.stop_reason is not None:
+                    return
+                anchor = event.bonus
+                self.position += event.accepted + 1
+                index += 1
 
     def round(self, index: int, anchor: int) -> RoundEvent:
         """One round: draft, verify, accept, roll back, commit."""
@@ -215,6 +217,38 @@ class DFlashDecoder(Decoder):
             unverified=unverified,
             **(as_lists(why.tolist()) if why is not None else {}),
         )
+
+    def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
+        """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
+        the next forward is queued before this token is read. Taps are kept for the drafter; there
+        is nothing to roll back. The last token is never fed: it is the next round's anchor."""
+        model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
+        n = min(n, self.out.remaining)
+
+        def step(token: mx.array) -> tuple[mx.array, mx.array]:
+            with self.taps.capture():
+                logits = model(token.reshape(1, 1), cache=cache)[0, -1]
+            nxt, taps = from_root(self.sampler.sample(logits), ranks), self.taps.concatenated()
+            mx.async_eval(nxt, taps)
+            return nxt, taps
+
+        queued = step(mx.array(anchor))
+        t0 = time.perf_counter()
+        for i in range(n):
+            token_array, taps = queued
+            queued = step(token_array) if i + 1 < n else None
+            token = int(token_array.item())
+            self.pending.append(taps)
+            committed, _ = self.out.add_many([token])
+            self.verify_length.skipped()
+            t1 = time.perf_counter()
+            yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,
+                             bonus=token, bonus_kind="bonus", committed=committed, draft_ms=0.0,
+                             verify_ms=_ms(t0, t1), rollback_ms=0.0, t=t1 - self.t_first,
+                             generated=len(self.out.tokens), verified=1)
+            anchor, t0 = token, t1
+            if self.out.stop_reason is not None or self.cancel.cancelled:
+                return
 
     def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array], Optional[mx.array]]:
         """The block's drafts d1..d_{length-1}, (at T > 0) the drafter's log-probs of them, and its logits."""

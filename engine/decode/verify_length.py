@@ -61,6 +61,17 @@ class VerifyLengthController:
             self.probe_every = PROBE_FIRST
         return max(1, min(k, remaining))
 
+    def plain_stretch(self) -> int:
+        """How many plain (k = 1) rounds to run back to back now, before the next probe; 0 when
+        drafting pays. The decoder runs them pipelined, as AR decoding is."""
+        if self.best() != 1:
+            return 0
+        return max(self.probe_every - self.plain_rounds - 1, 0)
+
+    def skipped(self) -> None:
+        """One plain round ran outside choose() (a stretch)."""
+        self.plain_rounds += 1
+
     def record(self, verified_drafts: int, accepted: int) -> None:
         """A round that verified `verified_drafts` drafts and accepted the first `accepted` of them.
         A round that verified none (k = 1) says nothing about the drafter, and forgets nothing."""
