@@ -95,6 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     ap.add_argument("--sample-tokens", type=int, default=120)
+    ap.add_argument("--init-note", default="",
+                    help="how the --init-from weights were made, for the model card")
     ap.add_argument("--synthetic-modules", type=int, default=20000,
                     help="synthetic textbook modules to generate (0: standard library only)")
     ap.add_argument("--synthetic-share", type=float, default=0.75,
@@ -351,8 +353,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "",
         "## Training",
         "",
-        *([f"- Initialised from `{args.init_from}` (the standard-library-only recipe: same command without "
-            "synthetic modules, 1000 steps, lr 0.0015)."] if args.init_from else []),
+        *([f"- Initialised from `{args.init_from}`: {args.init_note}"] if args.init_from else []),
         f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens "
         f"({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
         f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows).",

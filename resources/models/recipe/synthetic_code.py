@@ -25,7 +25,6 @@ TOPICS = ("numbers", "strings", "lists", "text", "collections", "files", "math",
 IMPORTS = ("import math", "import os", "import re", "import json", "import random", "import string",
            "from collections import Counter", "from collections import defaultdict", "import itertools",
            "from dataclasses import dataclass", "from typing import Iterable", "import sys")
-COMMENTS = ("# Helpers", "# --- helpers ---", "# Public API", "# Tests", "# Examples", "# Utilities")
 
 
 def _pick(rng: np.random.Generator, seq):
@@ -88,38 +87,37 @@ def _strip_hints(src: str) -> str:
 
 
 def render_module(rng: np.random.Generator) -> str:
-    """One module: optional docstring and imports, 2-5 definitions, optional tests and main block."""
+    """One module: optional docstring and imports, then 1-3 definitions, each function followed by its
+    own test half the time, sometimes a main block; then the module ends.
+
+    Short modules that end (EOS) after a definition or its test teach a small model to stop, and
+    a test right below its function names that function: with the tests gathered at the end, a
+    5 M-parameter model wrote the same test again and again.
+    """
     hints = bool(rng.random() < 0.5)
     doc_style = int(rng.choice(3, p=(0.15, 0.6, 0.25)))
     parts: list[str] = []
-    if rng.random() < 0.5:
+    if rng.random() < 0.4:
         topic = _pick(rng, TOPICS)
         parts.append('"""' + _pick(rng, MODULE_DOCS).format(topic=topic, Topic=topic.capitalize()) + '"""\n')
-    if rng.random() < 0.6:
-        k = int(rng.integers(1, 4))
-        chosen = sorted({_pick(rng, IMPORTS) for _ in range(k)})
-        parts.append("\n".join(chosen) + "\n")
-    funcs: list[tuple[dict, str]] = []
-    for _ in range(int(rng.integers(2, 6))):
+    if rng.random() < 0.5:
+        k = int(rng.integers(1, 3))
+        parts.append("\n".join(sorted({_pick(rng, IMPORTS) for _ in range(k)})) + "\n")
+    last = None
+    for _ in range(int(rng.choice(3, p=(0.45, 0.35, 0.2))) + 1):
         if rng.random() < 0.2:
             parts.append(render_class(rng, _pick(rng, CLASSES), hints, doc_style))
-        else:
-            task = _pick(rng, TASKS)
-            if rng.random() < 0.15:
-                parts.append(_pick(rng, COMMENTS[:3]))
-            src, name = render_function(rng, task, hints, doc_style)
-            parts.append(src)
-            funcs.append((task, name))
-    if funcs and rng.random() < 0.5:
-        tests = []
-        for task, name in funcs:
+            continue
+        task = _pick(rng, TASKS)
+        src, name = render_function(rng, task, hints, doc_style)
+        parts.append(src)
+        last = (task, name)
+        if rng.random() < 0.5:
             call, expected = _pick(rng, task["tests"])
-            tests.append(f"def test_{name}():\n    assert {call.format(f=name)} == {expected}\n")
-        parts.extend(tests)
-    elif funcs and rng.random() < 0.6:
-        task, name = funcs[0]
-        call, _ = _pick(rng, task["tests"])
-        parts.append(f'if __name__ == "__main__":\n    print({call.format(f=name)})\n')
+            parts.append(f"def test_{name}():\n    assert {call.format(f=name)} == {expected}\n")
+    if last is not None and rng.random() < 0.2:
+        call, _ = _pick(rng, last[0]["tests"])
+        parts.append(f'if __name__ == "__main__":\n    print({call.format(f=last[1])})\n')
     return "\n\n".join(parts)
 
 
