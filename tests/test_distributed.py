@@ -126,6 +126,27 @@ def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
     assert result["ar_tok_s"] > 0 and result["dflash_tok_s"] > 0
 
 
+def test_parity_under_launch_reports_from_rank_0(sharded_pairs):
+    target, drafter = sharded_pairs["qwen3_next"]  # pipeline
+    proc = launch(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
+                   "--max-tokens", "16", "--json"])
+    outputs = _json_lines(proc.stdout)
+    assert len(outputs) == 1, proc.stderr[-2000:]
+    assert outputs[0]["identical"] is True
+
+
+def test_a_model_mlx_lm_cannot_shard_is_named_in_one_line(models_root, tokenizer_dir):
+    from fixtures import tiny_models as tm
+
+    target = models_root / "unshardable-gemma3-target"
+    if not target.exists():
+        tm.write_target(target, tokenizer_dir, model_type="gemma3_text")
+    proc = launch(["generate", "--target", str(target), "--mode", "ar", "--prompt", PROMPT, "--max-tokens", "4"])
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert "'gemma3_text'" in lines[0] and "neither tensor nor pipeline sharding" in lines[0]
+
+
 def test_heads_that_do_not_divide_are_refused_in_one_line(sharded_pairs):
     target, drafter = sharded_pairs["dense"]  # 4 attention heads, 2 key/value heads
     proc = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
