@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.cli import main as cli
-from engine.decode.advisor import acceptance_rates, advise, expected_committed
+from engine.decode.advisor import advise, committed_per_round, streaks
 from engine.decode.cost_curve import CostCurve
 
 
@@ -18,27 +18,31 @@ def _curve(block: int = 4) -> CostCurve:
 
 
 def _round(accepted: int, drafted: int = 3) -> dict:
-    return {"accepted": accepted, "drafted": [7] * drafted, "verified": drafted + 1}
+    kind = "bonus" if accepted == drafted else "correction"
+    return {"accepted": accepted, "drafted": [7] * drafted, "verified": drafted + 1, "bonus_kind": kind}
 
 
-def test_rates_count_only_the_drafts_a_round_reached():
-    # half the rounds accept all three drafts, half reject the first: a_1 = 1/2, a_2 = a_3 = 1
-    rounds = [_round(3), _round(0)] * 50
-    rates = acceptance_rates(rounds, block=4)
-    assert rates[0] == pytest.approx(0.5, abs=0.01)
-    assert rates[1] == pytest.approx(1.0, abs=0.02) and rates[2] == pytest.approx(1.0, abs=0.02)
-    assert expected_committed([0.5, 1.0, 1.0]) == [1.0, 1.5, 2.0, 2.5]
+def test_streaks_replay_the_run_at_every_block_size():
+    # a full block (3 drafts + bonus) carries its streak into the next round; a rejection ends it
+    rounds = [_round(3), _round(1), _round(0), _round(2)]
+    assert streaks(rounds) == [5, 0, 2]  # 4 + 1, then 0, then 2
+    # block 2 commits a streak of 5 (6 tokens) in rounds of 2, 2, 2; a streak of 0 in one round
+    assert committed_per_round([5], 2) == 2.0 and committed_per_round([0], 4) == 1.0
+    assert committed_per_round([5, 0, 2], 4) == (6 + 1 + 3) / (2 + 1 + 1)
+    assert committed_per_round([5, 0, 2], 1) == 1.0  # plain decoding: one token a round
 
 
-def test_predictions_use_the_curve_and_the_runs_own_overhead():
-    rounds = [_round(3)] * 40  # every draft accepted: E(k) = k
+def test_predictions_scale_the_curve_by_what_the_run_measured():
     curve = _curve()
-    decode_s = 40 * (curve.round_ms(4, whole_block=False) + 5.0) / 1000  # 5 ms per round beyond the curve
-    advice = advise(rounds, decode_s, curve, ar_tok_s=100.0)
+    # every draft accepted; the run's drafts and verifies took twice the curve's time, plus 5 ms a round
+    rounds = [dict(_round(3), draft_ms=2 * curve.draft_by_length_ms[3], verify_ms=2 * curve.verify_ms[3])] * 40
+    per_round = 2 * curve.draft_by_length_ms[3] + 2 * curve.verify_ms[3] + 5.0
+    advice = advise(rounds, 40 * per_round / 1000, curve, ar_tok_s=100.0)
     assert advice.overhead_ms == pytest.approx(5.0)
-    assert advice.committed == pytest.approx([1.0, 2.0, 3.0, 4.0], abs=0.1)  # the weak prior: 40.5/41
+    assert advice.committed == pytest.approx([1.0, 2.0, 160 / 54, 4.0], abs=1e-3)  # one streak of 159
     for k in (1, 2, 3, 4):
-        ms = curve.round_ms(k, whole_block=False) + 5.0
+        ms = 2 * curve.draft_by_length_ms[k - 1] + 2 * curve.verify_ms[k - 1] + 5.0
+        assert advice.round_ms[k - 1] == pytest.approx(ms, rel=1e-3)
         assert advice.tok_s[k - 1] == pytest.approx(1000 * advice.committed[k - 1] / ms, rel=1e-3)
         assert advice.speedup_at(k) == pytest.approx(advice.tok_s[k - 1] / 100.0, rel=1e-3)
     assert advice.best == 4

@@ -4,14 +4,21 @@ From one run's rounds (live or from a trace) and the machine's cost curve
 (engine/decode/cost_curve.py) it predicts, for each block size k = 1..block, the tokens a
 round commits and what a round costs:
 
-    E(k)  = 1 + sum_{i < k} a_1 * ... * a_i        (a_j: draft j accepted once 1..j-1 were)
-    ms(k) = curve.round_ms(k) + overhead    (a fixed size k drafts only k; auto drafts the whole block)
+    ms(k) = draft_scale * draft(k) + verify_scale * verify(k) + overhead
+            (a fixed size k drafts only k; auto drafts the whole block)
 
-a_j is counted over the rounds that verified draft j, so a run at any block size (or auto)
-informs the lengths it reached. `overhead` is what this run's rounds cost beyond the curve's
-draft and verify (rollback, sampling, bookkeeping): the run's measured decode time per round
-minus the curve's time for the lengths it verified. Auto is predicted as the best length when
-the whole block is drafted every round (as auto does), which its controller aims for.
+The tokens come from replaying the run: its rounds cut the output into streaks of tokens the
+drafts got right, each ended by a correction. At block k a streak of s is committed by rounds
+of k tokens while s >= k, then one round of s % k + 1 (the rest and the correction), taking the
+run's own drafts as what a block-k drafter would have drafted there. Counting it that way
+(rather than multiplying per-position acceptance rates) keeps the fact that a round which starts
+inside a streak, as short blocks often do, starts at an easy position.
+
+The curve's draft and verify times are scaled by what this run's rounds measured for the
+lengths they used (longer context, acceptance evaluated with the verify), and `overhead` is
+the rest of a round (rollback, events, text): the run's decode time per round minus its
+draft and verify times. Auto is predicted as the best length when the whole block is drafted every
+round (as auto does), which its controller aims for.
 """
 
 from __future__ import annotations
@@ -21,9 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from engine.decode.cost_curve import CostCurve
-
-PRIOR = (0.5, 1.0)  # accepted, offered: an unseen position counts as a coin flip, weakly
-
 
 @dataclass(frozen=True)
 class Advice:
@@ -64,25 +68,37 @@ def verified_of(r: Any) -> int:
     return _get(r, "verified") or len(_get(r, "drafted", [])) + 1
 
 
-def acceptance_rates(rounds: Iterable[Any], block: int) -> list[float]:
-    """a_j for j = 1..block-1 (round events or trace records)."""
-    accepted, offered = [0] * (block - 1), [0] * (block - 1)
+def streaks(rounds: Iterable[Any]) -> list[int]:
+    """The run's streaks: tokens the drafts got right before each correction (a fully accepted
+    block's bonus continues its streak into the next round)."""
+    out, run = [], 0
     for r in rounds:
-        n, acc = len(_get(r, "drafted", [])), _get(r, "accepted", 0)
-        for j in range(min(n, acc + 1, block - 1)):
-            offered[j] += 1
-            accepted[j] += j < acc
-    return [(a + PRIOR[0]) / (o + PRIOR[1]) for a, o in zip(accepted, offered)]
+        if not _get(r, "drafted"):
+            continue  # nothing drafted (plain rounds, a run's last token): no evidence either way
+        acc = _get(r, "accepted", 0)
+        if _get(r, "bonus_kind") == "bonus":
+            run += acc + 1
+        else:
+            out.append(run + acc)
+            run = 0
+    if run:
+        out.append(run - 1)  # the run ended mid-streak: its last token stands in for a correction
+    return out
 
 
-def expected_committed(rates: list[float]) -> list[float]:
-    """E(k) for k = 1..len(rates) + 1."""
-    totals, total, reach = [1.0], 1.0, 1.0
-    for a in rates:
-        reach *= a
-        total += reach
-        totals.append(total)
-    return totals
+def committed_per_round(streak_list: list[int], k: int) -> float:
+    """Mean tokens a block-k round commits over these streaks (each streak of s is s + 1 tokens)."""
+    tokens = sum(s + 1 for s in streak_list)
+    rounds = sum(s // k + 1 for s in streak_list)
+    return tokens / rounds if rounds else 1.0
+
+
+def _draft_ms(curve: CostCurve, k: int, whole_block: bool) -> float:
+    return curve.round_ms(k, whole_block) - curve.verify_ms[k - 1]
+
+
+def _ratio(run: float, curve: float) -> float:
+    return run / curve if run > 0 and curve > 0 else 1.0
 
 
 def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optional[float] = None,
@@ -92,14 +108,26 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
         return None
     block = min(block or curve.block, len(curve.verify_ms))
     auto_run = any(_get(r, "unverified") for r in rounds)  # auto drafts the whole block every round
-    measured_ms = 1000.0 * decode_s / len(rounds)
-    curve_ms = statistics.fmean(curve.round_ms(min(verified_of(r), block), whole_block=auto_run) for r in rounds)
-    overhead = measured_ms - curve_ms
-    committed = expected_committed(acceptance_rates(rounds, block))
-    round_ms = [max(curve.round_ms(k, whole_block=False) + overhead, 1e-6) for k in range(1, block + 1)]
+    lengths = [min(verified_of(r), block) for r in rounds]
+    # The run's own verify and draft times against the curve's for the same lengths: the run's
+    # context is longer than the curve's and its verify also evaluates acceptance, so scale the
+    # curve by what the run saw. What is left (rollback, events, text) is a per-round constant.
+    verify_scale = _ratio(sum(_get(r, "verify_ms", 0.0) for r in rounds),
+                          sum(curve.verify_ms[k - 1] for k in lengths))
+    draft_scale = _ratio(sum(_get(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
+                         sum(_draft_ms(curve, k, auto_run) for k in lengths if k > 1))
+    spent = statistics.fmean(_get(r, "draft_ms", 0.0) + _get(r, "verify_ms", 0.0) for r in rounds)
+    overhead = 1000.0 * decode_s / len(rounds) - spent
+
+    def cost(k: int, whole_block: bool) -> float:
+        return max(draft_scale * _draft_ms(curve, k, whole_block) + verify_scale * curve.verify_ms[k - 1]
+                   + overhead, 1e-6)
+
+    found = streaks(rounds)
+    committed = [committed_per_round(found, k) for k in range(1, block + 1)]
+    round_ms = [cost(k, False) for k in range(1, block + 1)]
     tok_s = [1000.0 * e / ms for e, ms in zip(committed, round_ms)]
-    auto_tok_s = max(1000.0 * e / max(curve.round_ms(k, whole_block=True) + overhead, 1e-6)
-                     for k, e in enumerate(committed, 1))
+    auto_tok_s = max(1000.0 * e / cost(k, True) for k, e in enumerate(committed, 1))
     ar = ar_tok_s or 1000.0 / curve.ar_step_ms
     return Advice(
         lengths=list(range(1, block + 1)),
