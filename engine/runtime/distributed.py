@@ -23,6 +23,7 @@ from engine.errors import DFlashError
 # Seconds without progress before a rank gives up (a load gets LOAD_TIMEOUT_S).
 ROUND_TIMEOUT_S = float(os.environ.get("DFLASH_RANK_TIMEOUT", "120"))
 LOAD_TIMEOUT_S = max(ROUND_TIMEOUT_S, 600.0)
+JOIN_TIMEOUT_S = float(os.environ.get("DFLASH_JOIN_TIMEOUT", "120"))  # for the other ranks to start
 
 
 class DistributedError(DFlashError):
@@ -98,16 +99,16 @@ def join(watchdog: Optional["Watchdog"] = None) -> Ranks:
 
 
 def _join_guard(rank: int, backend: str):
-    """A helper process that ends this one if joining takes longer than ROUND_TIMEOUT_S.
+    """A helper process that ends this one if joining takes longer than JOIN_TIMEOUT_S.
 
     MLX's ring init waits for its peers inside C++ without releasing the GIL, so no
     thread of ours can run meanwhile; a separate process can."""
     import subprocess
 
-    message = (f"error: waited {ROUND_TIMEOUT_S:.0f} s for the other ranks to join the {backend} group: check that "
+    message = (f"error: waited {JOIN_TIMEOUT_S:.0f} s for the other ranks to join the {backend} group: check that "
                "every rank was started, the hostfile's addresses and ports, and the firewall." if rank == 0 else "")
     code = ("import os, signal, sys, time\n"
-            f"time.sleep({ROUND_TIMEOUT_S!r})\n"
+            f"time.sleep({JOIN_TIMEOUT_S!r})\n"
             f"if {message!r}: print({message!r}, file=sys.stderr, flush=True)\n"
             f"os.kill({os.getpid()}, signal.SIGTERM)\n")
     return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

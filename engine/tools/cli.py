@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Callable, Optional
@@ -298,7 +299,27 @@ def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
         return None
     watchdog.expect(distributed.LOAD_TIMEOUT_S, "loading the models")
     distributed.arm(watchdog)
+    root = args.ranks.root
+
+    def terminated(signum, frame) -> None:
+        # mlx.launch ends the other ranks when one fails; rank 0 still says why, once.
+        _say("error: stopped by mlx.launch because another rank failed (see its \"Node with rank N exited\" "
+             "lines).", root)
+        os._exit(EXIT_ERROR)
+
+    signal.signal(signal.SIGTERM, terminated)
     return watchdog
+
+
+_SPOKE = False  # this process printed its error line already
+
+
+def _say(line: Optional[str], allowed: bool = True) -> None:
+    """Print an error line, at most one per process."""
+    global _SPOKE
+    if line and allowed and not _SPOKE:
+        _SPOKE = True
+        print(line, file=sys.stderr, flush=True)
 
 
 def _error_line(args: argparse.Namespace, exc: BaseException) -> Optional[str]:
@@ -332,16 +353,12 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
     except DFlashError as exc:
         if args.debug:
             traceback.print_exc()
-        line = _error_line(args, exc)
-        if line:
-            print(line, file=sys.stderr)  # one line, always
+        _say(_error_line(args, exc))  # one line, always
         return EXIT_ERROR
     except RuntimeError as exc:
         if not distributed.peer_lost(exc):
             return _unexpected(args, exc)
-        line = _error_line(args, exc)
-        if line:
-            print(line, file=sys.stderr)
+        _say(_error_line(args, exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted.", file=sys.stderr)
