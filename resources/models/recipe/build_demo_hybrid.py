@@ -88,6 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     # drafter and bench
+    ap.add_argument("--synthetic-modules", type=int, default=20000,
+                    help="synthetic textbook modules next to the standard library (build_demo_target.py)")
+    ap.add_argument("--synthetic-share", type=float, default=0.75)
     ap.add_argument("--drafter-steps", type=int, default=400)
     ap.add_argument("--drafter-distill", type=int, default=600, help="greedy continuations the drafter trains on")
     ap.add_argument("--drafter-anchors", type=int, default=32)
@@ -184,7 +187,8 @@ def train_target(args) -> dict:
 
     t0 = time.time()
     for step in range(start + 1, args.steps + 1):
-        x, y = dense.sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len)
+        x, y = dense.sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len,
+                                  data["synth_ids"], args.synthetic_share)
         loss = step_fn(x, y)
         mx.eval(loss, state)
         recent = (recent + [loss.item()])[-50:]
@@ -221,7 +225,7 @@ def train_drafter(args) -> None:
 
 
 def bench_rollbacks(args) -> dict:
-    """AR vs DFlash on eval_prompts.jsonl, once with tape replay and once with re-run."""
+    """AR vs DFlash on bench_prompts.jsonl, once with tape replay and once with re-run."""
     from dataclasses import replace
 
     from engine.tools.bench import load_prompts, run_bench
@@ -230,7 +234,7 @@ def bench_rollbacks(args) -> dict:
     from engine.models.pair import load_pair
 
     pair = load_pair(args.out, args.drafter_out)
-    texts = load_prompts(HERE / "eval_prompts.jsonl")
+    texts = load_prompts(HERE / "bench_prompts.jsonl")
     prompts = [(t, encode_prompt(pair.tokenizer, t, chat=False)) for t in texts]
     base = GenerationSettings(max_tokens=args.bench_tokens, block_size=16)
     results = {mode: run_bench(pair, prompts, replace(base, rollback=mode), args.bench_repeats)
@@ -255,7 +259,7 @@ def bench_rollbacks(args) -> dict:
 
     lines += [f"## Benchmark (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas_line()})", "",
               "Reproduce with `dflash-playground bench --target demo-hybrid-target --drafter demo-hybrid-drafter "
-              f"--prompts resources/models/recipe/eval_prompts.jsonl --max-tokens {args.bench_tokens} --repeats {args.bench_repeats}` "
+              f"--prompts resources/models/recipe/bench_prompts.jsonl --max-tokens {args.bench_tokens} --repeats {args.bench_repeats}` "
               "(add `--rollback rerun` for the second row; prompts are encoded raw, as the pair was trained).", "",
               "| rollback | AR tok/s | DFlash tok/s | speedup | tau | verify ms | rollback ms | identical |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
