@@ -137,9 +137,13 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
                seconds_per_step: list[Optional[float]]) -> str:
     first, tokens = stages[0][:2]
     cfg = stages[-1][0].raw_config
+    def num(value, spec: str) -> str:  # a prompt whose output ended at once has no rounds: no tau, no times
+        return "-" if value is None else format(value, spec)
+
     rows = "\n".join(
-        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | "
-        f"{r['speedup']:.2f}x | {r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |"
+        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {num(r['ar_tok_s'], '.1f')} | {num(r['dflash_tok_s'], '.1f')} | "
+        f"{num(r['speedup'], '.2f')}x | {num(r['mean_acceptance_length'], '.2f')} | {num(r['draft_ms'], '.2f')} | "
+        f"{num(r['verify_ms'], '.2f')} |"
         for r in result["per_prompt"]
     )
     stage2 = ""
