@@ -311,11 +311,11 @@ def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
     return watchdog
 
 
-_SPOKE = False  # this process printed its error line already
+_SPOKE = False  # this command printed its error line already
 
 
 def _say(line: Optional[str], allowed: bool = True) -> None:
-    """Print an error line, at most one per process."""
+    """Print an error line, at most one per command (a SIGTERM during a sharded run must not add a second)."""
     global _SPOKE
     if line and allowed and not _SPOKE:
         _SPOKE = True
@@ -339,8 +339,10 @@ def _error_line(args: argparse.Namespace, exc: BaseException) -> Optional[str]:
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
                 handlers: dict[str, Callable[[argparse.Namespace], int]]) -> int:
     """Run the chosen handler; a DFlashError is one line and exit 2, a bug one line unless --debug."""
+    global _SPOKE
     handler = handlers.get(args.command)
     watchdog = None
+    _SPOKE = False  # one error line per command (tests and embedders run many in one process)
     try:
         if handler is None:
             parser.print_help()
