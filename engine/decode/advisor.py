@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from engine.decode.cost_curve import CostCurve
+from engine.decode.events import field_of
+
 
 @dataclass(frozen=True)
 class Advice:
@@ -59,13 +61,9 @@ class Advice:
                 "auto_tok_s": self.auto_tok_s, "auto_speedup": self.auto_speedup}
 
 
-def _get(r: Any, name: str, default: Any = None) -> Any:
-    return r.get(name, default) if isinstance(r, dict) else getattr(r, name, default)
-
-
 def verified_of(r: Any) -> int:
     """Positions the target verified in round r (traces before `verified` existed: anchor + drafts)."""
-    return _get(r, "verified") or len(_get(r, "drafted", [])) + 1
+    return field_of(r, "verified") or len(field_of(r, "drafted", [])) + 1
 
 
 def streaks(rounds: Iterable[Any]) -> list[int]:
@@ -73,10 +71,10 @@ def streaks(rounds: Iterable[Any]) -> list[int]:
     block's bonus continues its streak into the next round)."""
     out, run = [], 0
     for r in rounds:
-        if not _get(r, "drafted"):
+        if not field_of(r, "drafted"):
             continue  # nothing drafted (plain rounds, a run's last token): no evidence either way
-        acc = _get(r, "accepted", 0)
-        if _get(r, "bonus_kind") == "bonus":
+        acc = field_of(r, "accepted", 0)
+        if field_of(r, "bonus_kind") == "bonus":
             run += acc + 1
         else:
             out.append(run + acc)
@@ -107,16 +105,16 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     if not rounds or decode_s <= 0:
         return None
     block = min(block or curve.block, len(curve.verify_ms))
-    auto_run = any(_get(r, "unverified") for r in rounds)  # auto drafts the whole block every round
+    auto_run = any(field_of(r, "unverified") for r in rounds)  # auto drafts the whole block every round
     lengths = [min(verified_of(r), block) for r in rounds]
     # The run's own verify and draft times against the curve's for the same lengths: the run's
     # context is longer than the curve's and its verify also evaluates acceptance, so scale the
     # curve by what the run saw. What is left (rollback, events, text) is a per-round constant.
-    verify_scale = _ratio(sum(_get(r, "verify_ms", 0.0) for r in rounds),
+    verify_scale = _ratio(sum(field_of(r, "verify_ms", 0.0) for r in rounds),
                           sum(curve.verify_ms[k - 1] for k in lengths))
-    draft_scale = _ratio(sum(_get(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
+    draft_scale = _ratio(sum(field_of(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
                          sum(_draft_ms(curve, k, auto_run) for k in lengths if k > 1))
-    spent = statistics.fmean(_get(r, "draft_ms", 0.0) + _get(r, "verify_ms", 0.0) for r in rounds)
+    spent = statistics.fmean(field_of(r, "draft_ms", 0.0) + field_of(r, "verify_ms", 0.0) for r in rounds)
     overhead = 1000.0 * decode_s / len(rounds) - spent
 
     def cost(k: int, whole_block: bool) -> float:

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from engine.decode.events import field_of
+
 BINS = 10
-
-
-def _get(r: Any, name: str, default: Any = None) -> Any:
-    return r.get(name, default) if isinstance(r, dict) else getattr(r, name, default)
 
 
 def calibration(rounds: Iterable[Any], bins: int = BINS) -> list[tuple[float, float, int]]:
     """(mean drafter confidence, acceptance rate, drafts) per non-empty confidence bin, lowest first."""
     sums = [[0.0, 0, 0] for _ in range(bins)]  # confidence sum, accepted, judged
     for r in rounds:
-        draft_p, accepted = _get(r, "draft_p") or [], _get(r, "accepted", 0)
+        draft_p, accepted = field_of(r, "draft_p") or [], field_of(r, "accepted", 0)
         for i, p in enumerate(draft_p[: accepted + 1]):
             b = sums[min(int(p * bins), bins - 1)]
             b[0] += p
@@ -32,16 +30,16 @@ def calibration(rounds: Iterable[Any], bins: int = BINS) -> list[tuple[float, fl
 
 def broke_at(r: Any) -> dict[str, Any] | None:
     """Where round r's block broke and how sure each model was there; None when nothing broke."""
-    drafted, accepted = _get(r, "drafted") or [], _get(r, "accepted", 0)
-    draft_p = _get(r, "draft_p") or []
+    drafted, accepted = field_of(r, "drafted") or [], field_of(r, "accepted", 0)
+    draft_p = field_of(r, "draft_p") or []
     if accepted >= len(drafted) or accepted >= len(draft_p):
         return None
     return {
         "position": accepted + 1,  # 1-based draft position
         "draft": drafted[accepted],
-        "target_choice": _get(r, "bonus"),
+        "target_choice": field_of(r, "bonus"),
         "draft_p": draft_p[accepted],
-        "target_p": _get(r, "target_p")[accepted],
-        "margin": _get(r, "margin")[accepted],
-        "target_rank": _get(r, "target_rank")[accepted],
+        "target_p": field_of(r, "target_p")[accepted],
+        "margin": field_of(r, "margin")[accepted],
+        "target_rank": field_of(r, "target_rank")[accepted],
     }

@@ -80,6 +80,11 @@ def to_dict(event: Event) -> dict[str, Any]:
     return asdict(event)
 
 
+def field_of(record: Any, name: str, default: Any = None) -> Any:
+    """A field of an event or of its trace record (a dict), for code that reads both."""
+    return record.get(name, default) if isinstance(record, dict) else getattr(record, name, default)
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
