@@ -28,7 +28,8 @@ def load_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
-def _run(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
+def run_once(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
+    """One generation: its summary and its rounds."""
     rounds, summary = [], None
     for event in generate(pair, ids, settings, cancel):
         if isinstance(event, RoundEvent):
@@ -36,6 +37,17 @@ def _run(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
         elif isinstance(event, SummaryEvent):
             summary = event
     return summary, rounds
+
+
+def warm_up(pair, ids, ar_settings, df_settings, cancel) -> None:
+    """A short AR and DFlash run first, so kernels, caches (and the cost curve) are ready."""
+    run_once(pair, ids, replace(ar_settings, max_tokens=min(16, ar_settings.max_tokens)), cancel)
+    run_once(pair, ids, replace(df_settings, max_tokens=min(32, df_settings.max_tokens)), cancel)
+
+
+def tok_per_s(summaries: list[SummaryEvent]) -> float:
+    """Generated tokens over decode time, pooled over runs."""
+    return sum(s.num_generated for s in summaries) / max(sum(s.decode_s for s in summaries), 1e-9)
 
 
 def check_prompts(pair: LoadedPair, prompts: list[tuple[str, list[int]]], max_tokens: int) -> None:
@@ -64,9 +76,8 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
 
 
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
-    ar_tok_s = sum(s.num_generated for s in ar) / max(sum(s.decode_s for s in ar), 1e-9)
+    ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     df_decode_s = sum(s.decode_s for s in df)
-    df_tok_s = sum(s.num_generated for s in df) / max(df_decode_s, 1e-9)
     stats = RoundStats.of(rounds)
     return {
         "ar_tok_s": round(ar_tok_s, 3),
@@ -102,8 +113,7 @@ def run_bench(
     ar_settings, df_settings = replace(settings, mode="ar"), replace(settings, mode="dflash")
     warm_ids = prompts[0][1]
     progress("warm-up")
-    _run(pair, warm_ids, replace(ar_settings, max_tokens=min(16, settings.max_tokens)), cancel)
-    _run(pair, warm_ids, replace(df_settings, max_tokens=min(32, settings.max_tokens)), cancel)
+    warm_up(pair, warm_ids, ar_settings, df_settings, cancel)
     if with_mlx_lm:
         mlx_lm_tok_s(pair, warm_ids, min(16, settings.max_tokens))
     per_prompt, all_ar, all_df, all_rounds, ratios = [], [], [], [], []
@@ -111,8 +121,8 @@ def run_bench(
         ar_runs, df_runs, rounds, reference = [], [], [], []
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            ar_runs.append(_run(pair, ids, ar_settings, cancel)[0])
-            summary, rs = _run(pair, ids, df_settings, cancel)
+            ar_runs.append(run_once(pair, ids, ar_settings, cancel)[0])
+            summary, rs = run_once(pair, ids, df_settings, cancel)
             df_runs.append(summary)
             rounds += rs
             if with_mlx_lm:

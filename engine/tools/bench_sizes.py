@@ -18,7 +18,7 @@ from engine.decode.settings import MAX_BLOCK, GenerationSettings
 from engine.decode.stats import RoundStats
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
-from engine.tools.bench import _run, check_prompts
+from engine.tools.bench import check_prompts, run_once, tok_per_s, warm_up
 
 Size = Union[int, str]
 
@@ -68,9 +68,7 @@ def run_block_sizes(
     curve, _ = cost_curve(pair, progress=progress, cancel=cancel)
     ar_settings = replace(settings, mode="ar")
     progress("warm-up")
-    _run(pair, prompts[0][1], replace(ar_settings, max_tokens=min(16, settings.max_tokens)), cancel)
-    _run(pair, prompts[0][1], replace(_settings_for(settings, sizes[0]), max_tokens=min(32, settings.max_tokens)),
-         cancel)
+    warm_up(pair, prompts[0][1], ar_settings, _settings_for(settings, sizes[0]), cancel)
 
     ar_all: list = []
     runs: dict[Size, list] = {s: [] for s in sizes}  # (summary, rounds) per prompt and repeat
@@ -79,27 +77,27 @@ def run_block_sizes(
         ar_runs, mine = [], {s: [] for s in sizes}
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            ar_runs.append(_run(pair, ids, ar_settings, cancel)[0])
+            ar_runs.append(run_once(pair, ids, ar_settings, cancel)[0])
             for size in sizes:
-                mine[size].append(_run(pair, ids, _settings_for(settings, size), cancel))
-        ar_tok_s = _tok_s(ar_runs)
+                mine[size].append(run_once(pair, ids, _settings_for(settings, size), cancel))
+        ar_tok_s = tok_per_s(ar_runs)
         per_prompt.append({
             "prompt": text,
             "ar_tok_s": round(ar_tok_s, 3),
-            "speedup": {str(s): round(_tok_s([m[0] for m in mine[s]]) / ar_tok_s, 4) for s in sizes},
+            "speedup": {str(s): round(tok_per_s([m[0] for m in mine[s]]) / ar_tok_s, 4) for s in sizes},
             "tau": {str(s): RoundStats.of(r for m in mine[s] for r in m[1]).tau for s in sizes},
         })
         ar_all += ar_runs
         for size in sizes:
             runs[size] += mine[size]
 
-    ar_tok_s = _tok_s(ar_all)
+    ar_tok_s = tok_per_s(ar_all)
     source = max(s for s in sizes if isinstance(s, int))
     advice = advise([r for _, rounds in runs[source] for r in rounds], sum(s.decode_s for s, _ in runs[source]),
                     curve, ar_tok_s, block=source)
     overall = {}
     for size in sizes:
-        measured = _tok_s([s for s, _ in runs[size]]) / ar_tok_s
+        measured = tok_per_s([s for s, _ in runs[size]]) / ar_tok_s
         predicted = None
         if advice is not None:
             predicted = advice.auto_speedup if size == "auto" else (
@@ -124,7 +122,3 @@ def run_block_sizes(
         "max_tokens": settings.max_tokens,
         "temperature": settings.sampling.temperature,
     }
-
-
-def _tok_s(summaries: list) -> float:
-    return sum(s.num_generated for s in summaries) / max(sum(s.decode_s for s in summaries), 1e-9)
