@@ -48,6 +48,11 @@ class LoadedPair:
             return (self.ranks.size - 1) + 1 + (1 if self.taps is not None else 0) + 1
         return 2 * self.head.num_layers + (1 if self.head.sharding_group is not None else 0) + 1
 
+    def distributed_facts(self) -> dict[str, Any]:
+        """How the target is split across the ranks of an mlx.launch job (facts()' "distributed")."""
+        return {"ranks": self.ranks.size, "backend": self.ranks.backend, "sharding": self.sharding,
+                "collective_ms": round(self.collective_ms, 4), "collectives_per_round": self.collectives_per_round()}
+
     def facts(self) -> dict[str, Any]:
         facts = {
             "target": str(self.target_path),
@@ -59,9 +64,7 @@ class LoadedPair:
             "rollback": rollback_kind(self.target),
         }
         if self.ranks.sharded:
-            facts["distributed"] = {"ranks": self.ranks.size, "backend": self.ranks.backend,
-                                    "sharding": self.sharding, "collective_ms": round(self.collective_ms, 4),
-                                    "collectives_per_round": self.collectives_per_round()}
+            facts["distributed"] = self.distributed_facts()
         if self.drafter is not None:
             cfg = self.drafter.cfg
             facts.update(

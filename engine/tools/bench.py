@@ -149,5 +149,5 @@ def run_bench(
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,
-        **({"distributed": pair.facts()["distributed"]} if pair.ranks.sharded else {}),
+        **({"distributed": pair.distributed_facts()} if pair.ranks.sharded else {}),
     }
