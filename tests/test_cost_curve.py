@@ -35,10 +35,15 @@ def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_p
     assert not cached and len(calls) == 1
     _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, fresh=True)
     assert not cached and len(calls) == 2
+    for entry in (tmp_path / "cost-curves").glob("*.json"):  # a draft list of the wrong length: again
+        data = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**data, "draft_by_length_ms": data["draft_by_length_ms"][:-1]}))
+    _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
+    assert not cached and len(calls) == 3
     for entry in (tmp_path / "cost-curves").glob("*.json"):  # a damaged entry is measured again
         entry.write_text("[" * 10_000)
     _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
-    assert not cached and len(calls) == 3
+    assert not cached and len(calls) == 4
 
 
 def test_calibrate_command(qwen3_tied_dirs, capsys):

@@ -126,6 +126,18 @@ def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
     assert result["ar_tok_s"] > 0 and result["dflash_tok_s"] > 0
 
 
+def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
+    target, drafter = sharded_pairs["dense"]
+    proc = launch(["calibrate", "--target", str(target), "--drafter", str(drafter), "--block-size", "4",
+                   "--repeats", "1", "--json"])
+    outputs = _json_lines(proc.stdout)
+    assert len(outputs) == 1, proc.stderr[-2000:]
+    curve = outputs[0]
+    assert len(curve["verify_ms"]) == 4 and len(curve["draft_by_length_ms"]) == 4
+    assert curve["draft_by_length_ms"][0] == 0 and all(d > 0 for d in curve["draft_by_length_ms"][1:])
+    assert curve["cached"] is False  # ranks never read a per-host cache
+
+
 def test_parity_under_launch_reports_from_rank_0(sharded_pairs):
     target, drafter = sharded_pairs["qwen3_next"]  # pipeline
     proc = launch(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,

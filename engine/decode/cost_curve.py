@@ -142,9 +142,12 @@ def _sound(curve: CostCurve, block: int) -> bool:
     def positive(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
+    by_length = curve.draft_by_length_ms
     return (isinstance(curve.verify_ms, list) and len(curve.verify_ms) == block and curve.block == block
             and all(positive(v) for v in curve.verify_ms) and positive(curve.ar_step_ms)
-            and (curve.draft_ms is None or positive(curve.draft_ms)))
+            and (curve.draft_ms is None or positive(curve.draft_ms))
+            and (by_length is None or (isinstance(by_length, list) and len(by_length) == block
+                                       and all(positive(v) for v in by_length[1:]))))
 
 
 def cache_dir() -> Path:
@@ -199,6 +202,10 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
 
 def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:
     """The curve with rank 0's timings on every rank, so every rank's controller picks the same lengths."""
-    numbers = mx.array([curve.ar_step_ms, curve.draft_ms or 0.0, *curve.verify_ms], dtype=mx.float32)
-    ar, draft, *verify = from_root(numbers, pair.ranks).tolist()
-    return replace(curve, ar_step_ms=ar, draft_ms=draft if curve.draft_ms is not None else None, verify_ms=verify)
+    block = len(curve.verify_ms)
+    by_length = curve.draft_by_length_ms or [0.0] * block
+    numbers = mx.array([curve.ar_step_ms, curve.draft_ms or 0.0, *curve.verify_ms, *by_length], dtype=mx.float32)
+    ar, draft, *rest = from_root(numbers, pair.ranks).tolist()
+    return replace(curve, ar_step_ms=ar, draft_ms=draft if curve.draft_ms is not None else None,
+                   verify_ms=rest[:block],
+                   draft_by_length_ms=rest[block:] if curve.draft_by_length_ms is not None else None)
