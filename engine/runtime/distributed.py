@@ -73,7 +73,7 @@ def _nonempty(path: str) -> bool:
         return True  # let init() name the unreadable hostfile
 
 
-def join(watchdog: Optional["Watchdog"] = None) -> Ranks:
+def join() -> Ranks:
     """Join the launched group, or return SINGLE when this process was started on its own."""
     backend = launched_backend()
     if backend is None:
@@ -92,10 +92,7 @@ def join(watchdog: Optional["Watchdog"] = None) -> Ranks:
     finally:
         guard.kill()
         guard.wait()
-    ranks = Ranks(group.rank(), group.size(), backend, group)
-    if watchdog:
-        watchdog.rank = ranks.rank
-    return ranks
+    return Ranks(group.rank(), group.size(), backend, group)
 
 
 def _join_guard(rank: int, backend: str):

@@ -286,25 +286,24 @@ SHARDABLE = ("generate", "parity", "bench", "calibrate")
 
 
 def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
-    """Under `mlx.launch`: join the group (args.ranks), arm a watchdog, quiet ranks other than 0."""
+    """Under `mlx.launch`: join the group (args.ranks), arm a watchdog, make SIGTERM say why."""
     if distributed.launched_backend() is None:
         return None
     if args.command not in SHARDABLE:
         raise DFlashError(f"`{args.command}` runs in one process; under mlx.launch run one of "
                           f"{', '.join(SHARDABLE)}.")
-    watchdog = distributed.Watchdog()
-    args.ranks = distributed.join(watchdog)
+    args.ranks = distributed.join()
     if not args.ranks.sharded:
-        watchdog.stop()
         return None
+    watchdog = distributed.Watchdog(args.ranks.rank)
     watchdog.expect(distributed.LOAD_TIMEOUT_S, "loading the models")
     distributed.arm(watchdog)
-    root = args.ranks.root
 
     def terminated(signum, frame) -> None:
         # mlx.launch ends the other ranks when one fails; rank 0 still says why, once.
-        _say("error: stopped by mlx.launch because another rank failed (see its \"Node with rank N exited\" "
-             "lines).", root)
+        if args.ranks.root:
+            _say("error: stopped by mlx.launch because another rank failed (see its \"Node with rank N "
+                 "exited\" lines).")
         os._exit(EXIT_ERROR)
 
     signal.signal(signal.SIGTERM, terminated)
@@ -314,10 +313,10 @@ def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
 _SPOKE = False  # this command printed its error line already
 
 
-def _say(line: Optional[str], allowed: bool = True) -> None:
+def _say(line: Optional[str]) -> None:
     """Print an error line, at most one per command (a SIGTERM during a sharded run must not add a second)."""
     global _SPOKE
-    if line and allowed and not _SPOKE:
+    if line and not _SPOKE:
         _SPOKE = True
         print(line, file=sys.stderr, flush=True)
 
@@ -342,6 +341,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
     global _SPOKE
     handler = handlers.get(args.command)
     watchdog = None
+    sigterm = signal.getsignal(signal.SIGTERM)  # _join replaces it for a sharded run
     _SPOKE = False  # one error line per command (tests and embedders run many in one process)
     try:
         if handler is None:
@@ -352,15 +352,12 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
             return handler(args)
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
             return handler(args)  # rank 0 prints (and reports progress) for the job
-    except DFlashError as exc:
+    except (DFlashError, RuntimeError) as exc:
+        if not isinstance(exc, DFlashError) and not distributed.peer_lost(exc):
+            return _unexpected(args, exc)
         if args.debug:
             traceback.print_exc()
         _say(_error_line(args, exc))  # one line, always
-        return EXIT_ERROR
-    except RuntimeError as exc:
-        if not distributed.peer_lost(exc):
-            return _unexpected(args, exc)
-        _say(_error_line(args, exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted.", file=sys.stderr)
@@ -371,6 +368,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
         if watchdog is not None:
             watchdog.stop()
             distributed.arm(None)
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def _unexpected(args: argparse.Namespace, exc: BaseException) -> int:
