@@ -20,7 +20,10 @@ def _edges(n: int) -> np.ndarray:
     return np.arange(n + 1, dtype=float) - 0.5
 
 
-def _brush(colour: str, alpha: int = 150):
+TITLE = {"size": "9pt", "color": theme.FOREGROUND}  # plot titles, here and in the Why tab
+
+
+def translucent_brush(colour: str, alpha: int = 150):
     c = pg.mkColor(colour)
     c.setAlpha(alpha)
     return pg.mkBrush(c)
@@ -33,11 +36,10 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         self.setObjectName("plots")
         self.ci.setSpacing(6)
-        title = {"size": "9pt", "color": theme.FOREGROUND}
 
         # Legends sit in rows of their own above their plots, never over the data.
         self.p_tps = self.addPlot(row=1, col=0)
-        self.p_tps.setTitle("Throughput (tok/s)", **title)
+        self.p_tps.setTitle("Throughput (tok/s)", **TITLE)
         self.p_tps.setLabel("bottom", "time since first token", units="s")
         self.tps_curves = {
             "dflash": self.p_tps.plot(name="DFlash", pen=pg.mkPen(theme.PLOT_DFLASH, width=2)),
@@ -46,21 +48,22 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.tps_legend = self._legend_above(self.p_tps, row=0, col=0)
 
         self.p_acc = self.addPlot(row=1, col=1)
-        self.p_acc.setTitle("Acceptance length per round (tokens)", **title)
+        self.p_acc.setTitle("Acceptance length per round (tokens)", **TITLE)
         self.p_acc.setLabel("bottom", "round")
-        self.acc_curve = self.p_acc.plot(stepMode="center", fillLevel=0, brush=_brush(theme.PLOT_DFLASH, 120),
+        self.acc_curve = self.p_acc.plot(stepMode="center", fillLevel=0,
+                                         brush=translucent_brush(theme.PLOT_DFLASH, 120),
                                          pen=pg.mkPen(theme.PLOT_DFLASH, width=1))
 
         self.p_pos = self.addPlot(row=3, col=0)
-        self.p_pos.setTitle("Acceptance rate by block position", **title)
+        self.p_pos.setTitle("Acceptance rate by block position", **TITLE)
         self.p_pos.setLabel("bottom", "draft position in block")
         self.p_pos.setYRange(0, 1.05)
         self.pos_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                        brush=_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
+                                        brush=translucent_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
         self.p_pos.addItem(self.pos_bars)
 
         self.p_time = self.addPlot(row=3, col=1)
-        self.p_time.setTitle("Round time (ms), stacked", **title)
+        self.p_time.setTitle("Round time (ms), stacked", **TITLE)
         self.p_time.setLabel("bottom", "round")
         # Drawn back to front: the total (rollback on top), then draft + verify, then draft.
         self.time_curves = {}
@@ -68,7 +71,8 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                                   ("verify", "verify", theme.PLOT_VERIFY),
                                   ("draft", "draft", theme.PLOT_DRAFT)):
             self.time_curves[key] = self.p_time.plot(name=name, stepMode="center", fillLevel=0,
-                                                     brush=_brush(colour, 190), pen=pg.mkPen(colour, width=1))
+                                                     brush=translucent_brush(colour, 190),
+                                                     pen=pg.mkPen(colour, width=1))
         self.time_legend = self._legend_above(self.p_time, row=2, col=1, order=("draft", "verify", "rollback"))
         self.clear_plots()
 

@@ -9,7 +9,7 @@ cached cost curve of the loaded pair and runs the advisor on this run's rounds.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pyqtgraph as pg
@@ -18,13 +18,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from engine.decode.calibration import calibration
 from app import theme
+from app.plots import TITLE, translucent_brush
 from app.run_record import RunRecord
-
-
-def _brush(colour: str, alpha: int) -> Any:
-    c = pg.mkColor(colour)
-    c.setAlpha(alpha)
-    return pg.mkBrush(c)
 
 
 class WhyView(QWidget):
@@ -45,9 +40,8 @@ class WhyView(QWidget):
         row.addWidget(self.summary, 1)
 
         self.plots = pg.GraphicsLayoutWidget()
-        title = {"size": "9pt", "color": theme.FOREGROUND}
         self.p_cal = self.plots.addPlot(row=0, col=0)
-        self.p_cal.setTitle("Accepted vs drafter confidence", **title)
+        self.p_cal.setTitle("Accepted vs drafter confidence", **TITLE)
         self.p_cal.setLabel("bottom", "drafter's probability of its draft")
         self.p_cal.setLabel("left", "accepted")
         self.p_cal.setRange(xRange=(0, 1), yRange=(0, 1.05))
@@ -56,12 +50,12 @@ class WhyView(QWidget):
                                          symbolBrush=theme.PLOT_DFLASH)
 
         self.p_adv = self.plots.addPlot(row=0, col=1)
-        self.p_adv.setTitle("Predicted speedup by block size", **title)
+        self.p_adv.setTitle("Predicted speedup by block size", **TITLE)
         self.p_adv.setLabel("bottom", "block size")
         self.adv_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                        brush=_brush(theme.PLOT_DFLASH, 170), pen=pg.mkPen(None))
+                                        brush=translucent_brush(theme.PLOT_DFLASH, 170), pen=pg.mkPen(None))
         self.adv_current = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                           brush=_brush(theme.PLOT_VERIFY, 230), pen=pg.mkPen(None))
+                                           brush=translucent_brush(theme.PLOT_VERIFY, 230), pen=pg.mkPen(None))
         self.p_adv.addItem(self.adv_bars)
         self.p_adv.addItem(self.adv_current)
         self.p_adv.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.PLOT_AR, width=1)))
@@ -71,7 +65,7 @@ class WhyView(QWidget):
         self.adv_auto.hide()
 
         self.p_cost = self.plots.addPlot(row=0, col=2)
-        self.p_cost.setTitle("Cost curve (ms)", **title)
+        self.p_cost.setTitle("Cost curve (ms)", **TITLE)
         self.p_cost.setLabel("bottom", "verified positions")
         self.cost_verify = self.p_cost.plot(pen=pg.mkPen(theme.PLOT_VERIFY, width=2), symbol="o", symbolSize=5,
                                             symbolBrush=theme.PLOT_VERIFY)
