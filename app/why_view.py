@@ -32,7 +32,7 @@ class WhyView(QWidget):
         self.advise_button.setToolTip("measure (or read the cached) cost curve of the loaded pair and predict "
                                       "every block size's speedup from this run's rounds")
         self.advise_button.clicked.connect(self.advise_requested)
-        self.summary = QLabel("Run DFlash, then press Advise block size.")
+        self.summary = QLabel()
         self.summary.setObjectName("hint")
         self.summary.setWordWrap(True)
         row = QHBoxLayout()
@@ -78,6 +78,7 @@ class WhyView(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.plots, 1)
         self.advice: Optional[dict] = None
+        self.clear()
 
     def clear(self) -> None:
         self.cal_curve.setData([], [])
