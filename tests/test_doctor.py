@@ -167,13 +167,13 @@ def test_wrong_shape(pair_copy):
     assert "fc.weight" in msg and "[64, 64]" in msg and "[64, 128]" in msg
 
 
-def test_dflash2_refused(pair_copy):
+def test_v1_config_with_dflash2_tensors_refused(pair_copy):
     import mlx.core as mx
 
     target, drafter = pair_copy
     _rewrite_weights(drafter, lambda w: w.update({"candidate_selector.weight": mx.zeros((4,))}))
     msg = problem(target, drafter)
-    assert "DFlash2" in msg
+    assert "DFlash v1" in msg and "DFlash2 tensor 'candidate_selector.weight'" in msg
 
 
 def test_load_pair_raises_the_doctors_sentence(pair_copy):

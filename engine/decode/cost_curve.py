@@ -23,6 +23,9 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
+from engine.decode.proposal import propose
+from engine.decode.sampling import Sampler
+from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import prefill
 from engine.decode.rollback import make_rollback
 from engine.errors import DFlashError
@@ -35,6 +38,7 @@ from engine.safe_write import write_atomic
 
 CONTEXT_TOKENS = 32  # the short context every verify starts from
 SCHEMA = 2  # 2: draft time per block length
+GREEDY = Sampler(SamplingSettings())
 
 
 @dataclass
@@ -92,10 +96,11 @@ def _draft_once(pair: LoadedPair, ids: mx.array, block: int) -> float:
     dcache = drafter.make_cache()
     blocks = mx.array([int(ids[-1])] + [drafter.cfg.mask_token_id] * (block - 1))[None]
     # The first pass caches the prompt's context; a round's draft sees a few new positions only.
-    mx.eval(drafter(head.embed(blocks), context[:, :-block], dcache, ids.shape[0] - block), [c.state for c in dcache])
+    embedded = drafter.embed(head, blocks)
+    mx.eval(drafter(embedded, context[:, :-block], dcache, ids.shape[0] - block), [c.state for c in dcache])
     t0 = time.perf_counter()
-    hidden = drafter(head.embed(blocks), context[:, -block:], dcache, ids.shape[0])
-    mx.eval(mx.argmax(head.logits(hidden[0, 1:]), axis=-1))
+    hidden = drafter(embedded, context[:, -block:], dcache, ids.shape[0])
+    mx.eval(propose(drafter, head, hidden[0, 1:], int(ids[-1]), GREEDY).drafts)  # DFlash2: its selector too
     return time.perf_counter() - t0
 
 

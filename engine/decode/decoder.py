@@ -20,6 +20,7 @@ from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, Te
 from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
 from engine.decode.prefill import check_prompt, prefill
+from engine.decode.proposal import Proposal, propose, selector_fields, selector_table
 from engine.decode.rollback import make_rollback
 from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings
@@ -175,18 +176,21 @@ class DFlashDecoder(Decoder):
         length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
         verify = length if self.verify_length is None else self.verify_length.choose(length)
         t0 = time.perf_counter()
-        drafts, logq, draft_logits = self.draft(anchor, length if verify > 1 else 1)
-        unverified = drafts[verify - 1:].tolist() if verify < length and verify > 1 else []
-        drafts, logq = drafts[: verify - 1], (logq[: verify - 1] if logq is not None else None)
+        proposal = self.draft(anchor, length if verify > 1 else 1)
+        unverified = proposal.drafts[verify - 1:].tolist() if verify < length and verify > 1 else []
+        proposal = proposal.cut(verify - 1)
+        drafts = proposal.drafts
         t1 = time.perf_counter()
 
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
-        result = from_root(accept(self.sampler, logits, drafts, logq), self.pair.ranks)
+        result = from_root(accept(self.sampler, logits, drafts, proposal.logq), self.pair.ranks)
         new_taps = self.taps.concatenated() if self.block > 1 else None
-        why = explain(draft_logits, logits, drafts) if draft_logits is not None and drafts.size else None
-        mx.eval(result, new_taps, why)
+        why = explain(proposal.logits, logits, drafts) if drafts.size else None
+        selector = (selector_table(proposal.selection, logits, drafts.size)
+                    if proposal.selection is not None and drafts.size else None)
+        mx.eval(result, new_taps, why, selector)
         accepted, bonus = result.tolist()
         t2 = time.perf_counter()
 
@@ -210,12 +214,13 @@ class DFlashDecoder(Decoder):
             committed=committed,
             draft_ms=_ms(t0, t1),
             verify_ms=_ms(t1, t2),
-            rollback_ms=_ms(t2, t3),
+        rollback_ms=_ms(t2, t3),
             t=t3 - self.t_first,
             generated=len(self.out.tokens),
             verified=verify,
             unverified=unverified,
             **(as_lists(why.tolist()) if why is not None else {}),
+            **(selector_fields([a.tolist() for a in selector]) if selector is not None else {}),
         )
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
@@ -250,19 +255,19 @@ class DFlashDecoder(Decoder):
             if self.out.stop_reason is not None or self.cancel.cancelled:
                 return
 
-    def draft(self, anchor: int, length: int) -> tuple[mx.array, Optional[mx.array], Optional[mx.array]]:
-        """The block's drafts d1..d_{length-1}, (at T > 0) the drafter's log-probs of them, and its logits."""
+    def draft(self, anchor: int, length: int) -> Proposal:
+        """The block's drafts d1..d_{length-1}, (at T > 0) the log-probs they were drawn from, the
+        drafter's logits and (DFlash2) its selector's walk."""
         if length <= 1:
-            return mx.array([], dtype=mx.int32), None, None
+            return Proposal(mx.array([], dtype=mx.int32), None, None)
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
         ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
-        hidden = self.drafter(self.head.embed(ids), ctx, self.drafter_cache, self.position)
-        logits = self.head.logits(hidden[0, 1:])
-        drafts, logq = self.sampler.draft(logits)
-        mx.eval(drafts, logq, [c.state for c in self.drafter_cache])
+        hidden = self.drafter(self.drafter.embed(self.head, ids), ctx, self.drafter_cache, self.position)
+        proposal = propose(self.drafter, self.head, hidden[0, 1:], anchor, self.sampler)
+        mx.eval(proposal.drafts, proposal.logq, [c.state for c in self.drafter_cache])
         self.pending = []
-        return drafts, logq, logits
+        return proposal
 
 
 def generate(

@@ -38,6 +38,13 @@ class RoundEvent:
     target_p: list[float] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
     target_rank: list[int] = field(default_factory=list)
+    # DFlash2, per verified draft (engine/decode/proposal.py): the selector's K candidates and their
+    # scores, best first; the rank of the target's choice among them (-1: not a candidate); the
+    # head's plain argmax (where it differs from the draft, the selector's rescoring changed it)
+    candidates: list[list[int]] = field(default_factory=list)
+    candidate_scores: list[list[float]] = field(default_factory=list)
+    target_candidate_rank: list[int] = field(default_factory=list)
+    plain_top: list[int] = field(default_factory=list)
     type: str = "round"
 
 
@@ -104,6 +111,8 @@ _CHECKS = {
     "list[int]": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
     "list[float]": lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
     "dict[str, Any]": lambda v: isinstance(v, dict),
+    "list[list[int]]": lambda v: isinstance(v, list) and all(_CHECKS["list[int]"](x) for x in v),
+    "list[list[float]]": lambda v: isinstance(v, list) and all(_CHECKS["list[float]"](x) for x in v),
 }
 
 

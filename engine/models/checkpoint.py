@@ -1,4 +1,9 @@
-"""Check a drafter's model.safetensors against what its config implies, without loading data."""
+"""Check a drafter's safetensors against what its config implies, without loading data.
+
+A drafter's weights are every `*.safetensors` in its folder, merged (published DFlash2 drafters
+may come in several files). DFlash2's codebooks are published without a `.weight` suffix; the
+MLX runtime saves them with one. Both are accepted and named the second way once loaded.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from pathlib import Path
 from engine.models.drafter_config import DrafterConfig
 from engine.errors import CheckpointError
 
-WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_FILE = "model.safetensors"  # what our trainer writes
 DFLASH2_MARKERS = ("candidate_selector.", "attention_conv.", "mlp_conv.")
+CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
 
 def expected_drafter_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
@@ -37,7 +43,50 @@ def expected_drafter_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
                 p + "mlp.down_proj.weight": (h, i),
             }
         )
+    if cfg.selector is not None:
+        shapes.update(dflash2_shapes(cfg))
     return shapes
+
+
+def dflash2_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
+    """DFlash2's tensors beyond v1's: two convs per layer and the candidate selector."""
+    sel, h = cfg.selector, cfg.hidden_size
+    k, groups = sel.conv_kernel_size, h // sel.conv_group_size
+    shapes: dict[str, tuple[int, ...]] = {}
+    for n in range(cfg.num_hidden_layers):
+        for conv in ("attention_conv", "mlp_conv"):
+            shapes[f"layers.{n}.{conv}.base_kernel"] = (2, k, h)
+            shapes[f"layers.{n}.{conv}.kernel_projection.weight"] = (2 * k * groups, h)
+    shapes["candidate_selector.hidden_projection.weight"] = (sel.selector_rank, h)
+    for name in CODEBOOKS:
+        shapes[name + ".weight"] = (cfg.vocab_size, sel.selector_rank)
+    return shapes
+
+
+def canonical_name(name: str) -> str:
+    """The name a tensor has in our model: published codebooks gain the `.weight` suffix."""
+    return name + ".weight" if name in CODEBOOKS else name
+
+
+def weight_files(folder: Path) -> list[Path]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder}: no *.safetensors weights in the drafter folder.")
+    return files
+
+
+def read_drafter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the drafter's weight files (names made canonical); a tensor in two files is refused."""
+    found: dict[str, tuple[int, ...]] = {}
+    where: dict[str, Path] = {}
+    for path in weight_files(folder):
+        for name, shape in read_tensor_shapes(path).items():
+            key = canonical_name(name)
+            if key in found:
+                raise CheckpointError(f"{path}: tensor '{name}' is also in {where[key].name}; "
+                                      "a drafter's weight files must not overlap.")
+            found[key], where[key] = shape, path
+    return found
 
 
 def read_tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -55,30 +104,43 @@ def read_tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         ) from None
 
 
-def check_drafter_weights(folder: Path, cfg: DrafterConfig) -> None:
-    path = folder / WEIGHTS_FILE
-    found = read_tensor_shapes(path)
-    if any(marker in name for name in found for marker in DFLASH2_MARKERS):
-        raise CheckpointError(
-            f"{path}: this is a DFlash2 checkpoint (it has candidate_selector / conv tensors); "
-            "this engine runs DFlash v1 drafters only."
-        )
+def check_drafter_weights(folder: Path, cfg: DrafterConfig, target_vocab: int | None = None) -> None:
+    """The weights hold exactly the tensors config.json implies, in their shapes; a DFlash2 drafter's
+    codebooks also cover the target's vocabulary (`target_vocab`, when known)."""
+    found = read_drafter_shapes(folder)
+    if cfg.selector is None:
+        v2 = sorted(name for name in found if any(marker in name for marker in DFLASH2_MARKERS))
+        if v2:
+            raise CheckpointError(
+                f"{folder / 'config.json'}: 'architectures' says {cfg.architecture} (DFlash v1) but the "
+                f"weights hold DFlash2 tensor '{v2[0]}'; a DFlash2 config names DFlash2DraftModel and "
+                "gives dflash_config's conv and selector sizes.")
     expected = expected_drafter_shapes(cfg)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
+    kind = "DFlash2" if cfg.selector is not None else "DFlash v1"
     if missing:
         raise CheckpointError(
-            f"{path}: tensor '{missing[0]}' is missing ({len(missing)} missing in all) "
-            f"for the {cfg.num_hidden_layers} layers that config.json declares."
+            f"{folder}: tensor '{missing[0]}' is missing ({len(missing)} missing in all) "
+            f"for the {cfg.num_hidden_layers}-layer {kind} drafter that config.json declares."
         )
     if extra:
         raise CheckpointError(
-            f"{path}: unexpected tensor '{extra[0]}' ({len(extra)} extra in all); "
-            "a DFlash drafter has exactly 11 * layers + 3 tensors."
+            f"{folder}: unexpected tensor '{extra[0]}' ({len(extra)} extra in all) "
+            f"for the {cfg.num_hidden_layers}-layer {kind} drafter that config.json declares."
         )
+    if cfg.selector is not None:
+        vocab = max(cfg.vocab_size, target_vocab or 0)
+        for name in CODEBOOKS:
+            rows = found[name + ".weight"][0]
+            if rows < vocab:
+                whose = "the target's vocabulary" if target_vocab and target_vocab >= cfg.vocab_size else "'vocab_size'"
+                raise CheckpointError(
+                    f"{folder}: tensor '{name}' has {rows} rows but {whose} has {vocab} ids; the candidate "
+                    "selector cannot score every token the drafter may propose.")
     for name, shape in expected.items():
         if found[name] != shape:
             raise CheckpointError(
-                f"{path}: tensor '{name}' has shape {list(found[name])}, "
+                f"{folder}: tensor '{name}' has shape {list(found[name])}, "
                 f"but config.json implies {list(shape)}."
             )

@@ -133,7 +133,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             drafter_path = resolve_model_path(drafter, download=download)
             report.facts["drafter"] = str(drafter_path)
             cfg = load_drafter_config(drafter_path)
-            check_drafter_weights(drafter_path, cfg)
+            report.facts.update(cfg.generation_facts())
+            check_drafter_weights(drafter_path, cfg, dims["vocab_size"] if dims else None)
             report.facts.update(
                 drafter_layers=cfg.num_hidden_layers,
                 drafter_layer_types=",".join(sorted(set(cfg.layer_types))),

@@ -17,7 +17,7 @@ from mlx_lm.models.activations import swiglu
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
-from engine.models.checkpoint import WEIGHTS_FILE, check_drafter_weights
+from engine.models.checkpoint import canonical_name, check_drafter_weights, weight_files
 from engine.models.drafter_config import SLIDING, DrafterConfig, load_drafter_config
 
 
@@ -223,6 +223,13 @@ class DFlashDrafter(nn.Module):
             h = layer.forward_blocks(h, k, v, flat_anchors, mask)
         return self.norm(h).reshape(B, A, L, H)
 
+    def embed(self, head, ids: mx.array) -> mx.array:
+        """The block's embeddings: the target's table (DFlash2 may scale them)."""
+        return head.embed(ids)
+
+    def logits(self, head, hidden: mx.array) -> mx.array:
+        """The drafter's logits: the target's head on its hidden states."""
+        return head.logits(hidden)
 
 def _is_causal(cfg: DrafterConfig, layer_type: str) -> bool:
     if cfg.is_causal is not None:
@@ -231,11 +238,19 @@ def _is_causal(cfg: DrafterConfig, layer_type: str) -> bool:
 
 
 def load_drafter(folder: Path, dtype: Any) -> DFlashDrafter:
-    """Load a checked DFlash checkpoint, cast to the target's dtype."""
+    """Load a checked DFlash (v1 or DFlash2, as config.json names it) checkpoint, cast to the
+    target's dtype; its weights are every *.safetensors in the folder."""
     cfg = load_drafter_config(folder)
     check_drafter_weights(folder, cfg)
-    model = DFlashDrafter(cfg)
-    weights = mx.load(str(folder / WEIGHTS_FILE))
+    if cfg.selector is not None:
+        from engine.models.drafter2 import DFlash2Drafter
+
+        model = DFlash2Drafter(cfg)
+    else:
+        model = DFlashDrafter(cfg)
+    weights = {}
+    for path in weight_files(folder):
+        weights.update((canonical_name(k), v) for k, v in mx.load(str(path)).items())
     model.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
     mx.eval(model.parameters())
     model.eval()

@@ -19,6 +19,26 @@ from engine.errors import CheckpointError
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
+# Architecture names in config.json, by drafter generation. DFlash2 adds a conv around each
+# sublayer and a candidate selector (../shared/DFLASH2_NOTES.md); the official MLX runtime also
+# knows it under its Muse-Glimmer name.
+V1_ARCHITECTURES = ("DFlashDraftModel",)
+V2_ARCHITECTURES = ("DFlash2DraftModel", "MuseGlimmerAssistantModel")
+# Structural DFlash2 keys: without them the model cannot be built, so none has a default.
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+
+
+@dataclass
+class SelectorConfig:
+    """DFlash2's additions: the conv sizes, the candidate selector, and the drafter's logit treatment."""
+
+    conv_kernel_size: int  # K taps of each grouped dynamic causal conv
+    conv_group_size: int  # S contiguous channels share one dynamic kernel: G = hidden / S groups
+    selector_rank: int  # r of the predecessor/successor codebooks
+    selector_top_k: int  # candidates per drafted position
+    output_multiplier: float = 1.0
+    final_logit_softcapping: float | None = None
+    input_embedding_scale: float = 1.0
 
 
 @dataclass
@@ -42,14 +62,32 @@ class DrafterConfig:
     is_causal: bool | None
     max_position_embeddings: int
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    architecture: str = "DFlashDraftModel"
+    selector: SelectorConfig | None = None  # DFlash2 only
 
     @property
     def num_taps(self) -> int:
         return len(self.target_layer_ids)
 
+    @property
+    def generation(self) -> int:
+        return 1 if self.selector is None else 2
+
+    def generation_facts(self) -> dict[str, Any]:
+        """What doctor, the trace header and the window say about the drafter's generation."""
+        if self.selector is None:
+            return {"drafter_generation": "DFlash v1"}
+        sel = self.selector
+        return {"drafter_generation": "DFlash2",
+                "selector": f"top-{sel.selector_top_k} candidates, rank {sel.selector_rank}",
+                "conv": f"kernel {sel.conv_kernel_size}, {self.hidden_size // sel.conv_group_size} groups "
+                        f"of {sel.conv_group_size} channels"}
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("raw")
+        if d["selector"] is None:
+            d.pop("selector")
         return d
 
 
@@ -164,6 +202,7 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         raise CheckpointError(
             f"{path}: 'layer_types' has sliding layers but 'sliding_window' is missing or < 2."
         )
+    architecture, selector = drafter_generation(raw, dflash, path, hidden, vocab_size=_field(raw, path, "vocab_size", int))
     is_causal = raw.get("is_causal")
     if is_causal is not None and not isinstance(is_causal, bool):
         raise CheckpointError(f"{path}: 'is_causal' must be true or false.")
@@ -190,6 +229,51 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         is_causal=is_causal,
         max_position_embeddings=_positive(path, "max_position_embeddings", raw.get("max_position_embeddings", 32768)),
         raw=raw,
+        architecture=architecture,
+        selector=selector,
+    )
+
+
+def drafter_generation(raw: dict[str, Any], dflash: dict[str, Any], path: Path, hidden: int,
+                       vocab_size: int) -> tuple[str, SelectorConfig | None]:
+    """The architecture config.json names, and for DFlash2 its selector config. The name decides;
+    a config naming none is read as v1 (as early v1 checkpoints are), and the weights check refuses
+    it if its tensors are DFlash2's."""
+    names = raw.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{path}: 'architectures' must be a list of names, found {names!r}.")
+    v2 = [n for n in names if n in V2_ARCHITECTURES]
+    if not v2:
+        v1 = [n for n in names if n in V1_ARCHITECTURES]
+        if names and not v1:
+            raise CheckpointError(
+                f"{path}: 'architectures' is {names}, not a DFlash drafter "
+                f"({', '.join(V1_ARCHITECTURES + V2_ARCHITECTURES)}).")
+        return (v1[0] if v1 else V1_ARCHITECTURES[0]), None
+
+    def key(name: str) -> Any:  # dflash_config first, then the top level, as the torch runtime reads it
+        return dflash[name] if dflash.get(name) is not None else raw.get(name)
+
+    for name in DFLASH2_KEYS:
+        if key(name) is None:
+            raise CheckpointError(f"{path}: DFlash2 key 'dflash_config.{name}' is missing; "
+                                  "a DFlash2 drafter cannot be built without it.")
+    kernel, group, rank, top_k = (_positive(path, f"dflash_config.{n}", key(n)) for n in DFLASH2_KEYS)
+    if hidden % group:
+        raise CheckpointError(f"{path}: 'dflash_config.conv_group_size' {group} does not divide "
+                              f"'hidden_size' {hidden}.")
+    if top_k > vocab_size:
+        raise CheckpointError(f"{path}: 'dflash_config.selector_top_k' {top_k} is larger than the "
+                              f"vocabulary ({vocab_size}).")
+    cap = key("final_logit_softcapping")
+    if cap is not None:
+        cap = _positive(path, "final_logit_softcapping", cap, float) if cap != 0 else None
+    multiplier, scale = key("output_multiplier"), key("input_embedding_scale")
+    return v2[0], SelectorConfig(
+        conv_kernel_size=kernel, conv_group_size=group, selector_rank=rank, selector_top_k=top_k,
+        output_multiplier=1.0 if multiplier is None else _positive(path, "output_multiplier", multiplier, float),
+        final_logit_softcapping=cap,
+        input_embedding_scale=1.0 if scale is None else _positive(path, "input_embedding_scale", scale, float),
     )
 
 

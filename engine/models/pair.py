@@ -70,6 +70,7 @@ class LoadedPair:
             facts.update(
                 drafter=str(self.drafter_path),
                 drafter_layers=cfg.num_hidden_layers,
+                **cfg.generation_facts(),
                 target_layer_ids=cfg.target_layer_ids,
                 block_size=cfg.block_size,
                 mask_token_id=cfg.mask_token_id,

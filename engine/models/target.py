@@ -95,12 +95,17 @@ class TargetHead:
             h = h * mx.array(self.hidden_size**0.5, mx.bfloat16).astype(h.dtype)
         return h
 
-    def logits(self, hidden: mx.array) -> mx.array:
+    def raw_logits(self, hidden: mx.array) -> mx.array:
+        """The output head alone, without the target's logit scaling or soft cap."""
         out = self.lm_head(hidden) if self.lm_head is not None else self.embed_tokens.as_linear(hidden)
         if self.sharding_group is not None:
             from mlx_lm.models.base import gather_last_axis
 
             out = gather_last_axis(out, self.sharding_group)
+        return out
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        out = self.raw_logits(hidden)
         if self.logit_scale:
             out = out * self.logit_scale
         if self.logits_scaling:

@@ -1,0 +1,302 @@
+"""DFlash2 drafters: published checkpoints load through the user's path, the conv and the selector
+follow the notes' formulas, doctor refuses malformed ones in one line, decoding stays lossless
+(greedy and in distribution), and rounds carry the selector's candidates into traces."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency, chisquare
+
+from app.cli import main as cli
+from engine.decode.acceptance import accept
+from engine.decode.events import RoundEvent, from_dict
+from engine.decode.prompts import encode_prompt
+from engine.decode.sampling import Sampler
+from engine.decode.settings import SamplingSettings
+from engine.errors import DFlashError
+from engine.models.doctor import check_pair
+from engine.models.drafter2 import CandidateSelector, dynamic_conv, select
+from engine.models.pair import load_pair
+from engine.tools.trace import read_trace
+
+from conftest import PROMPTS
+from fixtures.tiny_dflash2 import write_bigram_drafter, write_dflash2_drafter
+from fixtures.tiny_hybrid import write_hybrid_target
+from helpers import run
+
+ALPHA = 1e-3
+
+
+@pytest.fixture(scope="module")
+def dflash2_dirs(qwen3_untied_dirs, tmp_path_factory):
+    target = qwen3_untied_dirs[0]
+    return target, write_dflash2_drafter(tmp_path_factory.mktemp("dflash2") / "drafter", target, seed=5)
+
+
+@pytest.fixture(scope="module")
+def dflash2_pair(dflash2_dirs):
+    return load_pair(*dflash2_dirs)
+
+
+def test_dynamic_conv_matches_the_notes_formula():
+    rng = np.random.default_rng(0)
+    L, K, H, S = 5, 3, 8, 4
+    y, base = rng.normal(size=(L, H)).astype(np.float32), rng.normal(size=(K, H)).astype(np.float32)
+    dyn = rng.normal(size=(L, K, H // S)).astype(np.float32)
+    expected = np.zeros((L, H), np.float32)
+    for t in range(L):
+        for c in range(H):
+            expected[t, c] = sum((base[j, c] + dyn[t, j, c // S]) * y[t - j, c] for j in range(K) if t - j >= 0)
+    got = np.array(dynamic_conv(mx.array(y), mx.array(dyn), mx.array(base), S))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_selector_walk_matches_a_plain_loop():
+    """score_t[k] = logit + A[prev] . (P h_t * B[cand]); prev starts at the anchor, then the pick."""
+    mx.random.seed(3)
+    V, H, r, K, T = 40, 16, 6, 5, 4
+    sel = CandidateSelector(H, r, V)
+    sel.predecessor_codebook.weight = mx.random.normal((V, r))
+    sel.successor_codebook.weight = mx.random.normal((V, r))
+    hidden, logits = mx.random.normal((T, H)), mx.random.normal((T, V))
+    got = select(sel, hidden, logits, anchor=7, top_k=K, temperature=0.0, key=None)
+    A, B = np.array(sel.predecessor_codebook.weight), np.array(sel.successor_codebook.weight)
+    P, lg = np.array(sel.hidden_projection(hidden)), np.array(logits)
+    prev, picks = 7, []
+    for t in range(T):
+        cands = np.argsort(-lg[t])[:K]
+        scores = lg[t, cands] + (A[prev] * P[t] * B[cands]).sum(-1)
+        prev = int(cands[np.argmax(scores)])
+        picks.append(prev)
+    assert got.drafts.tolist() == picks
+    assert sorted(got.candidates[0].tolist()) == sorted(np.argsort(-lg[0])[:K].tolist())
+
+
+def test_selector_q_gives_the_target_distribution():
+    """Drafts sampled from the selector's q over K candidates, verified against p: the first committed
+    token is distributed as p, including tokens that were never candidates (the residual's job)."""
+    mx.random.seed(4)
+    V, K = 6, 3
+    sel = CandidateSelector(4, 2, V)
+    sel.predecessor_codebook.weight = mx.random.normal((V, 2))
+    sel.successor_codebook.weight = mx.random.normal((V, 2))
+    hidden = mx.random.normal((1, 4))
+    draft_logits = mx.log(mx.array([[0.3, 0.25, 0.2, 0.1, 0.1, 0.05]]))
+    p = [0.1, 0.3, 0.05, 0.25, 0.2, 0.1]
+    target_logits = mx.log(mx.array([p, [1 / V] * V]))
+    sampler = Sampler(SamplingSettings(temperature=1.0, seed=11))
+    n, counts, accepted_any = 4000, Counter(), 0
+    for _ in range(n):
+        s = select(sel, hidden, draft_logits, anchor=0, top_k=K, temperature=1.0, key=sampler.next_key())
+        accepted, nxt = accept(sampler, target_logits, s.drafts, s.logq).tolist()
+        counts[s.drafts.tolist()[0] if accepted else nxt] += 1
+        accepted_any += accepted
+    assert chisquare([counts[i] for i in range(V)], [x * n for x in p]).pvalue > ALPHA, counts
+    assert 0 < accepted_any < n
+
+
+def test_published_layout_loads_and_doctor_names_the_generation(dflash2_dirs, dflash2_pair, capsys):
+    target, drafter = dflash2_dirs
+    files = sorted(p.name for p in drafter.glob("*.safetensors"))
+    assert files == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    report = check_pair(target, drafter)
+    assert report.ok, report.problems
+    assert report.facts["drafter_generation"] == "DFlash2"
+    assert report.facts["selector"] == "top-8 candidates, rank 8"
+    assert report.facts["conv"] == "kernel 2, 4 groups of 16 channels"
+    facts = dflash2_pair.facts()
+    assert facts["drafter_generation"] == "DFlash2"
+    assert cli(["doctor", "--target", str(target), "--drafter", str(drafter)]) == 0
+    assert "drafter_generation: DFlash2" in capsys.readouterr().out
+
+
+def test_mlx_runtime_naming_loads_the_same_weights(dflash2_dirs, dflash2_pair, tmp_path):
+    """The MLX runtime saves the codebooks with `.weight`: the same drafter, the same drafts."""
+    target, drafter = dflash2_dirs
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    merged = {}
+    for f in drafter.glob("*.safetensors"):
+        merged.update(mx.load(str(f)))
+    merged = {k + ".weight" if k.endswith("_codebook") else k: v for k, v in merged.items()}
+    mx.save_safetensors(str(renamed / "model.safetensors"), merged)
+    shutil.copy(drafter / "config.json", renamed / "config.json")
+    other = load_pair(target, renamed)
+    a, ra = run(dflash2_pair, PROMPTS[0], max_tokens=12, block_size=8)
+    b, rb = run(other, PROMPTS[0], max_tokens=12, block_size=8)
+    assert [r.drafted for r in ra] == [r.drafted for r in rb] and a.token_ids == b.token_ids
+
+
+def _copy(dirs, tmp_path):
+    target, drafter = dirs
+    shutil.copytree(drafter, tmp_path / "d")
+    return target, tmp_path / "d"
+
+
+def _edit(folder, change):
+    path = folder / "config.json"
+    raw = json.loads(path.read_text())
+    change(raw)
+    path.write_text(json.dumps(raw))
+
+
+def _retensor(folder, change):
+    for f in folder.glob("*.safetensors"):
+        tensors = mx.load(str(f))
+        change(tensors)
+        mx.save_safetensors(str(f), tensors)
+
+
+def _problem(target, drafter):
+    report = check_pair(target, drafter)
+    assert not report.ok
+    with pytest.raises(DFlashError) as err:
+        load_pair(target, drafter)
+    assert str(err.value) == report.problems[0]
+    return report.problems[0]
+
+
+def test_doctor_refuses_malformed_dflash2(dflash2_dirs, tmp_path):
+    cases = []
+    t, d = _copy(dflash2_dirs, tmp_path / "missing-tensor")
+    _retensor(d, lambda w: w.pop("layers.1.mlp_conv.base_kernel", None))
+    cases.append((t, d, "'layers.1.mlp_conv.base_kernel' is missing"))
+    t, d = _copy(dflash2_dirs, tmp_path / "shape")
+    _retensor(d, lambda w: w.update({k: w[k][:, :3] for k in list(w) if k == "candidate_selector.hidden_projection.weight"}))
+    cases.append((t, d, "'candidate_selector.hidden_projection.weight' has shape [8, 3]"))
+    t, d = _copy(dflash2_dirs, tmp_path / "key")
+    _edit(d, lambda raw: raw["dflash_config"].pop("selector_rank"))
+    cases.append((t, d, "'dflash_config.selector_rank' is missing"))
+    t, d = _copy(dflash2_dirs, tmp_path / "theta")
+    _edit(d, lambda raw: raw.pop("rope_parameters"))
+    cases.append((t, d, "'rope_theta' is absent"))
+    t, d = _copy(dflash2_dirs, tmp_path / "vocab")
+    _retensor(d, lambda w: w.update({k: w[k][:100] for k in list(w) if k.endswith("_codebook")}))
+    cases.append((t, d, "has 100 rows but the target's vocabulary has 512 ids"))
+    t, d = _copy(dflash2_dirs, tmp_path / "v1-name")
+    _edit(d, lambda raw: raw.update(architectures=["DFlashDraftModel"]))
+    cases.append((t, d, "says DFlashDraftModel (DFlash v1) but the weights hold DFlash2 tensor"))
+    t, d = _copy(dflash2_dirs, tmp_path / "group")
+    _edit(d, lambda raw: raw["dflash_config"].update(conv_group_size=24))
+    cases.append((t, d, "'dflash_config.conv_group_size' 24 does not divide 'hidden_size' 64"))
+    t, d = _copy(dflash2_dirs, tmp_path / "overlap")
+    first = sorted(d.glob("*.safetensors"))[0]
+    shutil.copy(first, d / "model-extra.safetensors")
+    cases.append((t, d, "is also in model-00001-of-00002.safetensors"))
+    for target, drafter, expected in cases:
+        assert expected in _problem(target, drafter), drafter
+
+
+def test_codebooks_must_cover_the_targets_vocabulary(dflash2_dirs, tmp_path):
+    """A drafter whose config and codebooks agree with each other but stop short of the target's ids."""
+    t, d = _copy(dflash2_dirs, tmp_path / "short")
+    _edit(d, lambda raw: raw.update(vocab_size=400))
+    _retensor(d, lambda w: w.update({k: w[k][:400] for k in list(w) if k.endswith("_codebook")}))
+    msg = _problem(t, d)
+    assert "candidate_selector.predecessor_codebook' has 400 rows but the target's vocabulary" in msg
+
+
+@pytest.mark.parametrize("block", [2, 5, 8])
+def test_greedy_parity_random_dflash2(dflash2_pair, block):
+    for prompt in PROMPTS[:2]:
+        ar, _ = run(dflash2_pair, prompt, mode="ar", max_tokens=40)
+        df, rounds = run(dflash2_pair, prompt, mode="dflash", max_tokens=40, block_size=block)
+        assert df.token_ids == ar.token_ids
+        assert all(len(r.drafted) <= block - 1 for r in rounds)
+
+
+def _bigram_pair(target, tmp_path, block=8):
+    """A bigram DFlash2 drafter for the chains of two prompts' AR outputs (module doc of tiny_dflash2)."""
+    plain = load_pair(target, None)
+    sequence = []
+    for prompt in PROMPTS[:2]:
+        ids = encode_prompt(plain.tokenizer, prompt, chat=False)
+        ar, _ = run(plain, ids, mode="ar", max_tokens=48)
+        sequence += ids + ar.token_ids
+    return load_pair(target, write_bigram_drafter(tmp_path / "bigram", target, sequence, block_size=block))
+
+
+def _selector_parity(pair):
+    seen_partial = seen_full = rescored = 0
+    for prompt in PROMPTS[:3]:
+        ar, _ = run(pair, prompt, mode="ar", max_tokens=48)
+        df, rounds = run(pair, prompt, mode="dflash", max_tokens=48, block_size=8)
+        assert df.token_ids == ar.token_ids, prompt
+        for r in rounds:
+            n = len(r.drafted)
+            assert len(r.candidates) == len(r.candidate_scores) == len(r.target_candidate_rank) == n
+            seen_full += r.accepted == n > 0
+            seen_partial += 0 < r.accepted < n
+            rescored += sum(p != d for p, d in zip(r.plain_top, r.drafted))
+            for i in range(min(r.accepted, n)):  # an accepted draft was the target's choice: a candidate
+                assert r.target_candidate_rank[i] == 0
+    assert seen_full and rescored  # the selector, not the head's argmax, drafted what was accepted
+    return seen_partial
+
+
+def test_greedy_parity_through_the_selector_on_a_dense_target(qwen3_untied_dirs, tmp_path):
+    assert _selector_parity(_bigram_pair(qwen3_untied_dirs[0], tmp_path)) >= 0
+
+
+def test_greedy_parity_through_the_selector_on_a_hybrid_target(models_root, tokenizer_dir, tmp_path):
+    target = models_root / "dflash2-hybrid-target"
+    if not target.exists():
+        write_hybrid_target(target, tokenizer_dir, "qwen3_5", seed=60)
+    assert load_pair(target, None).facts()["rollback"] == "tape-replay"
+    _selector_parity(_bigram_pair(target, tmp_path))
+
+
+def test_sliding_window_by_position(qwen3_untied_dirs, tmp_path):
+    """A window of 8 over 60 tokens: context rows leave the window by position; still lossless."""
+    target = qwen3_untied_dirs[0]
+    pair = load_pair(target, write_dflash2_drafter(tmp_path / "w8", target, seed=9, window=8))
+    ar, _ = run(pair, PROMPTS[1], mode="ar", max_tokens=60)
+    df, _ = run(pair, PROMPTS[1], mode="dflash", max_tokens=60, block_size=8)
+    assert df.token_ids == ar.token_ids
+
+
+def test_dflash2_and_ar_sample_the_same_distribution(qwen3_untied_dirs, tmp_path):
+    """Joint distribution of the first three tokens over many seeds, AR vs DFlash2 (the bigram drafter
+    with a mild gamma, so its q is spread and both acceptance paths run)."""
+    target = qwen3_untied_dirs[0]
+    plain = load_pair(target, None)
+    ids = encode_prompt(plain.tokenizer, PROMPTS[2], chat=False)
+    ar, _ = run(plain, ids, mode="ar", max_tokens=16)
+    pair = load_pair(target, write_bigram_drafter(tmp_path / "mild", target, ids + ar.token_ids, gamma=3.0,
+                                                  block_size=4))
+    samples, accepted = {"ar": Counter(), "dflash": Counter()}, 0
+    for seed in range(300):
+        for mode in samples:
+            summary, rounds = run(pair, ids, mode=mode, max_tokens=3, block_size=4 if mode == "dflash" else None,
+                                  sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
+            samples[mode][tuple(summary.token_ids)] += 1
+            accepted += sum(r.accepted for r in rounds)
+    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
+    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else [])
+             for m in ("ar", "dflash")]
+    assert len(common) >= 3 and accepted > 0, samples
+    assert chi2_contingency(table).pvalue > ALPHA, samples
+
+
+def test_trace_round_trip_keeps_the_selector(dflash2_dirs, tmp_path, capsys):
+    target, drafter = dflash2_dirs
+    trace = tmp_path / "run.jsonl"
+    assert cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[0], "--raw",
+                "--max-tokens", "20", "--block-size", "6", "--trace", str(trace), "--json"]) == 0
+    header, records = read_trace(trace)
+    assert header["model"]["drafter_generation"] == "DFlash2"
+    rounds = [from_dict(r) for r in records if r["type"] == "round"]
+    assert rounds and all(isinstance(r, RoundEvent) for r in rounds)
+    for r in rounds:
+        assert len(r.candidates) == len(r.drafted) and all(len(c) == 8 for c in r.candidates)
+        assert all(s == sorted(s, reverse=True) for s in r.candidate_scores)
+        assert all(-1 <= k < 8 for k in r.target_candidate_rank)
+        assert r.drafted == [c[0] for c in r.candidates]  # greedy: the path is each position's best score
