@@ -62,6 +62,7 @@ def test_selector_walk_matches_a_plain_loop():
     mx.random.seed(3)
     V, H, r, K, T = 40, 16, 6, 5, 4
     sel = CandidateSelector(H, r, V)
+    sel.hidden_projection.weight = mx.random.normal((r, H))
     sel.predecessor_codebook.weight = mx.random.normal((V, r))
     sel.successor_codebook.weight = mx.random.normal((V, r))
     hidden, logits = mx.random.normal((T, H)), mx.random.normal((T, V))
@@ -84,6 +85,7 @@ def test_selector_q_gives_the_target_distribution():
     mx.random.seed(4)
     V, K = 6, 3
     sel = CandidateSelector(4, 2, V)
+    sel.hidden_projection.weight = mx.random.normal((2, 4))
     sel.predecessor_codebook.weight = mx.random.normal((V, 2))
     sel.successor_codebook.weight = mx.random.normal((V, 2))
     hidden = mx.random.normal((1, 4))

@@ -68,6 +68,13 @@ def canonical_name(name: str) -> str:
     return name + ".weight" if name in CODEBOOKS else name
 
 
+def published_name(name: str) -> str:
+    """The name a tensor is saved under: the codebooks as z-lab publishes them (no `.weight`), which
+    the official runtimes rename on load."""
+    bare = name[: -len(".weight")]
+    return bare if bare in CODEBOOKS else name
+
+
 def weight_files(folder: Path) -> list[Path]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:

@@ -85,11 +85,14 @@ class DecoderLayer2(nn.Module):
 
 class CandidateSelector(nn.Module):
     """score_t[k] = logit_t[k] + sum_r A[prev, r] * P(h_t)[r] * B[cand_t[k], r]: the head's top-K
-    candidates at each position rescored by a low-rank bilinear term in the token before."""
+    candidates at each position rescored by a low-rank bilinear term in the token before. A new
+    one starts with the projection at zero: it adds nothing until trained, so a DFlash2 drafter
+    grown from a v1 one first drafts exactly what v1 did."""
 
     def __init__(self, hidden: int, rank: int, vocab: int):
         super().__init__()
         self.hidden_projection = nn.Linear(hidden, rank, bias=False)
+        self.hidden_projection.weight = mx.zeros_like(self.hidden_projection.weight)
         self.predecessor_codebook = nn.Embedding(vocab, rank)
         self.successor_codebook = nn.Embedding(vocab, rank)
 

@@ -22,6 +22,13 @@ def add_parser(sub) -> None:
     t.add_argument("--init", metavar="DRAFTER",
                    help="fine-tune this drafter (folder or Hugging Face id) instead of starting from random "
                         "weights; it fixes layers, taps, block size and MLP width")
+    t.add_argument("--arch", choices=("dflash", "dflash2"), default="dflash",
+                   help="dflash (v1) or dflash2 (a conv around each sublayer and a candidate selector); "
+                        "with --init from a v1 drafter, dflash2 keeps its weights and adds the new parts")
+    t.add_argument("--selector-top-k", type=int, default=8, help="DFlash2: candidates per drafted position")
+    t.add_argument("--selector-rank", type=int, default=64, help="DFlash2: rank of the selector's codebooks")
+    t.add_argument("--conv-kernel", type=int, default=2, help="DFlash2: taps of each conv")
+    t.add_argument("--conv-group", type=int, default=16, help="DFlash2: channels sharing one dynamic kernel")
     t.add_argument("--layers", type=int, help="drafter layers (default 1)")
     t.add_argument("--block-size", type=int, help="block size (default 16)")
     t.add_argument("--taps", help="'auto' (the default) or comma-separated target layer ids")
@@ -160,7 +167,8 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         layers=args.layers or 1, block_size=args.block_size or 16, taps=_parse_taps(args.taps or "auto"),
         steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
         warmup=args.warmup, seed=args.seed, intermediate_size=args.intermediate_size,
-        eval_every=args.eval_every, init=args.init,
+        eval_every=args.eval_every, init=args.init, arch=args.arch, selector_rank=args.selector_rank,
+        selector_top_k=args.selector_top_k, conv_kernel=args.conv_kernel, conv_group=args.conv_group,
     )
     texts = read_texts(args.data)
     pair = load_pair(args.target, None)

@@ -5,6 +5,12 @@ tokens); A anchor positions per sequence become blocks [anchor, mask...]; the dr
 predicts the target's greedy tokens at block positions 1..L-1 with loss weights
 exp(-(k-1)/gamma). Batches and anchors come from a generator seeded by (seed, step),
 so a resumed run sees exactly what an uninterrupted one would.
+
+DFlash2 (`arch="dflash2"`) adds, with the same weights per position, a K-way cross-entropy of
+the candidate selector: at each position the head's top-K candidates are rescored with the
+true previous token as predecessor (what the selector sees whenever the earlier drafts were
+accepted) and the target's token is the class; positions whose token is not a candidate add
+nothing. Its convs start as the identity, so `--init` from a v1 drafter starts from v1's drafts.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from engine import json_text
 from engine.errors import DFlashError
+from engine.models.checkpoint import canonical_name, published_name
 from engine.models.drafter import DFlashDrafter
 from engine.models.drafter_config import DrafterConfig, default_target_layer_ids, flat_config, parse_drafter_config
 from engine.models.pair import LoadedPair
@@ -68,6 +75,14 @@ class TrainSettings:
     eval_every: int = 100
     eval_fraction: float = 0.05
     init: Optional[str] = None  # a drafter (folder or id) to fine-tune; its config fixes the architecture
+    arch: str = "dflash"  # or "dflash2": convs around each sublayer and a candidate selector
+    selector_rank: int = 64  # DFlash2 only
+    selector_top_k: int = 8
+    conv_kernel: int = 2
+    conv_group: int = 16
+
+
+SELECTOR_SETTINGS = ("selector_rank", "selector_top_k", "conv_kernel", "conv_group")
 
 
 def find_mask_token(tokenizer) -> int:
@@ -92,7 +107,7 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
     if rope_theta is None:
         raise DFlashError(f"{pair.target_path / 'config.json'}: the target has no rope_theta to give the drafter.")
     heads = t["num_attention_heads"]
-    return {
+    raw = {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": t["hidden_size"],
@@ -111,6 +126,28 @@ def drafter_config_for(pair: LoadedPair, s: TrainSettings, mask_id: int) -> dict
         "layer_types": ["full_attention"] * s.layers,
         "dflash_config": {"mask_token_id": mask_id, "target_layer_ids": taps, "block_size": s.block_size},
     }
+    return as_dflash2(raw, s) if s.arch == "dflash2" else raw
+
+
+def as_dflash2(raw: dict, s: TrainSettings) -> dict:
+    """A drafter config made DFlash2's, with the settings' conv and selector sizes."""
+    if s.arch != "dflash2":
+        return raw
+    if raw["hidden_size"] % s.conv_group:
+        raise DFlashError(f"--conv-group {s.conv_group} does not divide the hidden size {raw['hidden_size']}.")
+    if not (1 <= s.selector_top_k <= raw["vocab_size"] and s.selector_rank >= 1 and s.conv_kernel >= 1):
+        raise DFlashError("--selector-top-k must be 1..vocabulary, --selector-rank and --conv-kernel >= 1.")
+    dflash = {**raw["dflash_config"], "conv_kernel_size": s.conv_kernel, "conv_group_size": s.conv_group,
+              "selector_rank": s.selector_rank, "selector_top_k": s.selector_top_k}
+    return {**raw, "architectures": ["DFlash2DraftModel"], "is_causal": False, "dflash_config": dflash}
+
+
+def new_drafter(cfg: DrafterConfig) -> DFlashDrafter:
+    if cfg.selector is None:
+        return DFlashDrafter(cfg)
+    from engine.models.drafter2 import DFlash2Drafter
+
+    return DFlash2Drafter(cfg)
 
 
 def _initial_drafter(pair: LoadedPair, s: TrainSettings, mask_id: int) -> tuple[TrainSettings, dict, DFlashDrafter]:
@@ -130,6 +167,20 @@ def _initial_drafter(pair: LoadedPair, s: TrainSettings, mask_id: int) -> tuple[
         raise DFlashError(f"--init {s.init}: its mask token {cfg.mask_token_id} is not the tokenizer's {mask_id}.")
     s = replace(s, layers=cfg.num_hidden_layers, block_size=cfg.block_size, taps=list(cfg.target_layer_ids),
                 intermediate_size=raw.get("intermediate_size"))
+    if cfg.selector is not None:  # a DFlash2 drafter fixes its own selector and conv sizes
+        sel = cfg.selector
+        asked = (s.selector_rank, s.selector_top_k, s.conv_kernel, s.conv_group)
+        has = (sel.selector_rank, sel.selector_top_k, sel.conv_kernel_size, sel.conv_group_size)
+        if asked not in (has, tuple(getattr(TrainSettings, k) for k in SELECTOR_SETTINGS)):
+            raise DFlashError(f"--init {s.init} is a DFlash2 drafter with selector rank {has[0]}, top-k {has[1]}, "
+                              f"conv kernel {has[2]} and group {has[3]}; it keeps them (leave those flags out).")
+        s = replace(s, arch="dflash2", selector_rank=sel.selector_rank, selector_top_k=sel.selector_top_k,
+                    conv_kernel=sel.conv_kernel_size, conv_group=sel.conv_group_size)
+    elif s.arch == "dflash2":  # v1 -> DFlash2: v1's weights, identity convs, a new selector
+        raw = as_dflash2(raw, s)
+        grown = new_drafter(parse_drafter_config(raw, folder / "config.json"))
+        grown.load_weights(list(tree_flatten(drafter.parameters())), strict=False)
+        drafter = grown
     return s, raw, drafter
 
 
@@ -169,7 +220,7 @@ class DrafterTrainer:
             self.raw_config, self.drafter = initial_config, initial
         else:
             self.raw_config = drafter_config_for(pair, s, self.mask_id)
-            self.drafter = DFlashDrafter(parse_drafter_config(self.raw_config, self.out / "config.json"))
+            self.drafter = new_drafter(parse_drafter_config(self.raw_config, self.out / "config.json"))
         self.cfg: DrafterConfig = self.drafter.cfg
         self.drafter.set_dtype(pair.head.dtype)
         self.drafter.train()
@@ -214,38 +265,62 @@ class DrafterTrainer:
         ids = mx.concatenate(
             [anchor_ids[..., None], mx.full((B, A, L - 1), self.mask_id, dtype=anchor_ids.dtype)], axis=-1
         )
-        emb = self.pair.head.embed(ids.reshape(B, A * L)).reshape(B, A, L, -1)
+        emb = self.drafter.embed(self.pair.head, ids.reshape(B, A * L)).reshape(B, A, L, -1)
         # Label at block position k (1..L-1): the target's greedy token after position anchor + k - 1.
         label_pos = anchors[..., None] + mx.arange(L - 1)[None, None, :]
         labels = mx.take_along_axis(greedy, label_pos.reshape(B, -1), axis=1).reshape(B, A, L - 1)
-        return emb, labels
+        # The token each label follows (the selector's predecessor): the sequence's own token at
+        # anchor + k - 1, which the target's label was predicted from (the anchor for k = 1).
+        prev = mx.take_along_axis(seqs, label_pos.reshape(B, -1), axis=1).reshape(B, A, L - 1)
+        return emb, labels, prev
 
-    def _draft_logits(self, emb, taps, anchors) -> mx.array:
-        """(B, A, L-1, V) drafter logits at block positions 1..L-1, in fp32."""
-        hidden = self.drafter.forward_blocks(emb, taps, anchors)
-        return self.pair.head.logits(hidden[:, :, 1:]).astype(mx.float32)
+    def _draft(self, emb, taps, anchors) -> tuple[mx.array, mx.array]:
+        """(hidden, logits in fp32) at block positions 1..L-1: (B, A, L-1, H) and (B, A, L-1, V)."""
+        hidden = self.drafter.forward_blocks(emb, taps, anchors)[:, :, 1:]
+        return hidden, self.drafter.logits(self.pair.head, hidden).astype(mx.float32)
 
-    def _weighted_ce(self, logits, labels) -> mx.array:
+    def _weighted_ce(self, logits, labels, counts: Optional[mx.array] = None) -> mx.array:
+        """Cross-entropy weighted by block position; `counts` (0/1 per position) leaves some out."""
         ce = nn.losses.cross_entropy(logits, labels, reduction="none")  # (B, A, L-1)
-        w = self.weights
-        return (ce * w).sum() / (w.sum() * ce.shape[0] * ce.shape[1])
+        w = self.weights if counts is None else self.weights * counts
+        total = w.sum() if counts is not None else self.weights.sum() * ce.shape[0] * ce.shape[1]
+        return (ce * w).sum() / mx.maximum(total, 1e-6)
 
-    def _loss(self, emb, taps, anchors, labels):
-        return self._weighted_ce(self._draft_logits(emb, taps, anchors), labels)
+    def _selector_scores(self, hidden, logits, prev) -> tuple[mx.array, mx.array]:
+        """(candidates (B, A, L-1, K), their selector scores) with the true predecessors."""
+        sel = self.drafter.candidate_selector
+        k = self.cfg.selector.selector_top_k
+        candidates = mx.stop_gradient(mx.argpartition(-logits, kth=k - 1, axis=-1)[..., :k])
+        unary = mx.take_along_axis(logits, candidates, axis=-1)
+        pair = (sel.pair_terms(hidden, candidates) * sel.predecessor(prev)[..., None, :]).sum(axis=-1)
+        return candidates, unary + pair
+
+    def _selector_ce(self, hidden, logits, prev, labels) -> mx.array:
+        candidates, scores = self._selector_scores(hidden, logits, prev)
+        hit = candidates == labels[..., None]
+        inside = hit.any(axis=-1).astype(mx.float32)
+        return self._weighted_ce(scores, mx.argmax(hit.astype(mx.int32), axis=-1), inside)
+
+    def _loss(self, emb, taps, anchors, labels, prev):
+        hidden, logits = self._draft(emb, taps, anchors)
+        loss = self._weighted_ce(logits, labels)
+        if self.cfg.selector is not None:
+            loss = loss + self._selector_ce(hidden, logits, prev, labels)
+        return loss
 
     def batch(self, tokens: np.ndarray, rng: np.random.Generator, batch: int):
         seqs = mx.array(self._windows(tokens, rng, batch))
         anchors = mx.array(self._anchors(rng, batch))
         taps, greedy = self._target_pass(seqs)
-        emb, labels = self._blocks(seqs, greedy, anchors)
-        return emb, taps, anchors, labels
+        emb, labels, prev = self._blocks(seqs, greedy, anchors)
+        return emb, taps, anchors, labels, prev
 
     # ---- steps ------------------------------------------------------------------------
     def train_step(self) -> float:
         rng = np.random.default_rng([self.s.seed, self.step])
-        emb, taps, anchors, labels = self.batch(self.train_tokens, rng, self.s.batch)
-        mx.eval(emb, taps, labels)
-        loss, grads = self._loss_and_grad(emb, taps, anchors, labels)
+        emb, taps, anchors, labels, prev = self.batch(self.train_tokens, rng, self.s.batch)
+        mx.eval(emb, taps, labels, prev)
+        loss, grads = self._loss_and_grad(emb, taps, anchors, labels, prev)
         value = float(loss.item())
         if not math.isfinite(value):  # checked before the update: the weights stay finite
             raise DFlashError(f"training diverged at step {self.step + 1} (loss {value}); the last checkpoint "
@@ -256,15 +331,20 @@ class DrafterTrainer:
         return value
 
     def evaluate(self, batches: int = 4) -> dict:
-        """Held-out loss and a teacher-forced tau estimate (1 + leading correct drafts)."""
+        """Held-out loss and a teacher-forced tau estimate (1 + leading correct drafts; DFlash2: the
+        selector's picks with the true predecessors, which are its real ones while drafts are right)."""
         rng = np.random.default_rng([self.s.seed, 10**9])
         tokens = self.eval_tokens if len(self.eval_tokens) > self.s.seq_len else self.train_tokens
         losses, taus = [], []
         for _ in range(batches):
-            emb, taps, anchors, labels = self.batch(tokens, rng, self.s.batch)
-            logits = self._draft_logits(emb, taps, anchors)
-            losses.append(float(self._weighted_ce(logits, labels).item()))
-            right = (mx.argmax(logits, axis=-1) == labels).astype(mx.int32)
+            emb, taps, anchors, labels, prev = self.batch(tokens, rng, self.s.batch)
+            losses.append(float(self._loss(emb, taps, anchors, labels, prev).item()))
+            hidden, logits = self._draft(emb, taps, anchors)
+            picks = mx.argmax(logits, axis=-1)
+            if self.cfg.selector is not None:
+                candidates, scores = self._selector_scores(hidden, logits, prev)
+                picks = mx.take_along_axis(candidates, mx.argmax(scores, axis=-1)[..., None], axis=-1)[..., 0]
+            right = (picks == labels).astype(mx.int32)
             taus.append(float((1 + mx.cumprod(right, axis=-1).sum(axis=-1)).mean().item()))
         return {"eval_loss": round(float(np.mean(losses)), 4), "tau_estimate": round(float(np.mean(taus)), 3)}
 
@@ -272,7 +352,7 @@ class DrafterTrainer:
     def save_drafter(self, folder: Path) -> None:
         """config.json and model.safetensors, each written beside itself and renamed into place."""
         folder.mkdir(parents=True, exist_ok=True)
-        weights = dict(tree_flatten(self.drafter.parameters()))
+        weights = {published_name(k): v for k, v in tree_flatten(self.drafter.parameters())}
         tmp = temporary_name(folder / "model.safetensors", ".safetensors")  # mlx wants the suffix
         mx.save_safetensors(str(tmp), weights)
         replace_with(tmp, folder / "model.safetensors")
@@ -317,13 +397,15 @@ class DrafterTrainer:
             raise DFlashError(f"{ckpt / 'state.json'}: unreadable ({exc}); the checkpoint cannot be resumed.") from None
         saved = state["settings"]
         for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init", "taps",
-                    "intermediate_size", "warmup", "gamma", "weight_decay"):
-            if saved.get(key) != getattr(self.s, key):
+                    "intermediate_size", "warmup", "gamma", "weight_decay", "arch", "selector_rank",
+                    "selector_top_k", "conv_kernel", "conv_group"):
+            was = saved.get(key, getattr(TrainSettings, key, None))  # keys added since: their default
+            if was != getattr(self.s, key):
                 raise DFlashError(
-                    f"{ckpt / 'state.json'}: the checkpoint was made with {key}={saved.get(key)}, "
+                    f"{ckpt / 'state.json'}: the checkpoint was made with {key}={was}, "
                     f"not {getattr(self.s, key)}; resume with the same settings or use a new --out."
                 )
-        self.drafter.load_weights(str(ckpt / "model.safetensors"))
+        self.drafter.load_weights([(canonical_name(k), v) for k, v in mx.load(str(ckpt / "model.safetensors")).items()])
         self.optimizer.state = tree_unflatten(list(mx.load(str(ckpt / "optimizer.safetensors")).items()))
         self.step = state["step"]
         self.history = state["history"]
