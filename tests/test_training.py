@@ -269,3 +269,27 @@ def test_cli_fine_tunes_on_prompts_shaped_like_use(qwen3_tied_dirs, corpus_dir, 
     assert len(_rows(written, load_pair(target, None).tokenizer.eos_token_id)) == len(PROMPTS)
     assert json.loads((out / "config.json").read_text()) == json.loads((drafter / "config.json").read_text())
     assert cli(["doctor", "--target", str(target), "--drafter", str(out)]) == 0
+
+
+def test_resume_takes_the_newest_whole_checkpoint(qwen3_tied_dirs, corpus_dir, tmp_path):
+    """Killed between writing checkpoint.tmp and renaming it: the finished newer one is used; a
+    checkpoint.tmp cut short is passed over for the whole one beside it."""
+    import shutil
+
+    out = tmp_path / "d"
+    t = make_trainer(qwen3_tied_dirs[0], corpus_dir, out, SMALL)
+    t.run(checkpoint_every=3, should_stop=lambda: t.step >= 3)  # checkpoint at step 3
+    newer = make_trainer(qwen3_tied_dirs[0], corpus_dir, out, SMALL)
+    assert newer.resume() and newer.step == 3
+    newer.run(checkpoint_every=100, should_stop=lambda: newer.step >= 5)  # checkpoint at step 5
+    shutil.copytree(out / "checkpoint", out / "checkpoint.tmp")  # step 5, finished but not renamed
+    shutil.rmtree(out / "checkpoint")
+    shutil.copytree(tmp_path / "d" / "checkpoint.tmp", out / "checkpoint")
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    state["step"] = 3
+    (out / "checkpoint" / "state.json").write_text(json.dumps(state))
+    again = make_trainer(qwen3_tied_dirs[0], corpus_dir, out, SMALL)
+    assert again.resume() and again.step == 5
+    (out / "checkpoint.tmp" / "state.json").write_text('{"step": 7, "sett')  # torn
+    last = make_trainer(qwen3_tied_dirs[0], corpus_dir, out, SMALL)
+    assert last.resume() and last.step == 3

@@ -385,16 +385,23 @@ class DrafterTrainer:
     def resume(self) -> bool:
         """Load the newest complete checkpoint. A crash while one was being replaced leaves the
         previous one as checkpoint.old, or a finished new one as checkpoint.tmp (state.json is
-        written last): either is used, never a silent start from step 0."""
-        ckpt = next((c for c in (self.checkpoint_dir, self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".tmp"),
-                                 self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".old"))
-                     if (c / "state.json").is_file()), None)
-        if ckpt is None:
+        written last) beside the previous one: the one with the highest step is used, never a
+        silent start from step 0."""
+        found, unreadable = [], []
+        for c in (self.checkpoint_dir, self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".tmp"),
+                  self.checkpoint_dir.with_name(CHECKPOINT_DIR + ".old")):
+            if not (c / "state.json").is_file():
+                continue
+            try:
+                state = json_text.loads((c / "state.json").read_bytes())
+                found.append((int(state["step"]), state, c))
+            except (ValueError, KeyError, TypeError) as exc:  # a write cut short: another may be whole
+                unreadable.append(f"{c / 'state.json'}: unreadable ({exc})")
+        if not found:
+            if unreadable:
+                raise DFlashError(f"{unreadable[0]}; the checkpoint cannot be resumed.")
             return False
-        try:
-            state = json_text.loads((ckpt / "state.json").read_bytes())
-        except ValueError as exc:
-            raise DFlashError(f"{ckpt / 'state.json'}: unreadable ({exc}); the checkpoint cannot be resumed.") from None
+        _, state, ckpt = max(found, key=lambda f: f[0])
         saved = state["settings"]
         for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init", "taps",
                     "intermediate_size", "warmup", "gamma", "weight_decay", "arch", "selector_rank",
