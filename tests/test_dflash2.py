@@ -302,3 +302,23 @@ def test_trace_round_trip_keeps_the_selector(dflash2_dirs, tmp_path, capsys):
         assert all(s == sorted(s, reverse=True) for s in r.candidate_scores)
         assert all(-1 <= k < 8 for k in r.target_candidate_rank)
         assert r.drafted == [c[0] for c in r.candidates]  # greedy: the path is each position's best score
+
+
+def test_bench_compares_v1_and_dflash2_on_the_same_ar_runs(qwen3_untied_dirs, dflash2_dirs, tmp_path, capsys):
+    target, v1 = qwen3_untied_dirs
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:2]) + "\n")
+    argv = ["bench", "--target", str(target), "--drafter", str(v1), "--compare-drafter", str(dflash2_dirs[1]),
+            "--prompts", str(prompts), "--raw", "--max-tokens", "24"]
+    assert cli(argv + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["drafter_generation"] == "DFlash v1"
+    (other,) = result["compared"]
+    assert other["drafter_generation"] == "DFlash2" and other["drafter"] == str(dflash2_dirs[1])
+    assert other["ar_tok_s"] == result["ar_tok_s"]  # one set of AR runs for both drafters
+    assert len(other["per_prompt"]) == len(result["per_prompt"]) == 2
+    assert result["identical"] and other["identical"]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "drafters on the same AR runs" in out and "DFlash2 drafter" in out and "worst prompt" in out
+    assert cli(argv[:-2] + ["--max-tokens", "24", "--compare-drafter", str(tmp_path / "nowhere")]) == 2

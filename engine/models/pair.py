@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -14,7 +14,7 @@ from engine.models.drafter import DFlashDrafter, load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
 from engine.runtime.distributed import SINGLE, Ranks, collective_ms
 from engine.runtime.streams import STREAM
-from engine.models.taps import TapRecorder, install_taps
+from engine.models.taps import TapRecorder, install_taps, remove_taps
 from engine.models.sharding import PIPELINE, load_sharded
 from engine.models.target import TargetHead, load_target, rollback_kind
 
@@ -124,3 +124,35 @@ def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> Loaded
         pair.collective_ms = collective_ms(ranks, (1, block, head.hidden_size), head.dtype)
     stage("ready", 1.0)
     return pair
+
+
+def attach_drafter(pair: LoadedPair, drafter: str | Path) -> LoadedPair:
+    """Another drafter on the same loaded target, checked as `doctor` checks a pair (bench compares
+    drafters in one run this way without loading the target twice). Call `activate` before
+    running either: the target's taps follow one drafter at a time."""
+    if pair.ranks.sharded:
+        raise DFlashError("comparing drafters is not available in a sharded (mlx.launch) run; bench each.")
+    report = check_pair(pair.target_path, drafter)
+    if not report.ok:
+        raise IncompatiblePairError(report.problems[0])
+    path = Path(report.facts["drafter"])
+    with mx.stream(STREAM):
+        return replace(pair, drafter=load_drafter(path, pair.head.dtype), drafter_path=path, taps=None)
+
+
+def activate(pair: LoadedPair) -> LoadedPair:
+    """Tap the target's layers for this pair's drafter (a no-op when they already are)."""
+    if pair.drafter is None or (pair.taps is not None and _installed(pair)):
+        return pair
+    remove_taps(pair.target)
+    pair.taps = install_taps(pair.target, pair.drafter.cfg.target_layer_ids,
+                             pair.ranks.group if pair.sharding == PIPELINE else None)
+    return pair
+
+
+def _installed(pair: LoadedPair) -> bool:
+    from engine.models.target import decoder_layers
+
+    layers = decoder_layers(pair.target)
+    ids = pair.taps.layer_ids
+    return all(layers[i].__dict__.get("_dflash_tap", (None,))[0] is pair.taps for i in ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from engine.runtime import blas
 from engine.errors import DFlashError
@@ -16,7 +16,7 @@ from engine.decode.decoder import generate
 from engine.decode.prefill import check_prompt
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import round_in_ar_steps
-from engine.models.pair import LoadedPair
+from engine.models.pair import LoadedPair, activate
 from engine.tools.textfiles import jsonl_strings
 
 
@@ -104,8 +104,11 @@ def run_bench(
     progress: Callable[[str], None] = lambda msg: None,
     cancel: Optional[CancelToken] = None,
     with_mlx_lm: bool = False,
+    others: Sequence[LoadedPair] = (),
 ) -> dict:
-    """Warm up, then per prompt and repeat run AR then DFlash; overall and per-prompt figures."""
+    """Warm up, then per prompt and repeat run AR then DFlash; overall and per-prompt figures.
+    `others` (pairs from attach_drafter): each other drafter also runs after every AR run, and is
+    reported under "compared" against the same AR runs."""
     if repeats < 1:
         raise DFlashError(f"repeats {repeats} must be at least 1.")
     settings.resolved(pair)
@@ -113,18 +116,26 @@ def run_bench(
     ar_settings, df_settings = replace(settings, mode="ar"), replace(settings, mode="dflash")
     warm_ids = prompts[0][1]
     progress("warm-up")
-    warm_up(pair, warm_ids, ar_settings, df_settings, cancel)
+    warm_up(activate(pair), warm_ids, ar_settings, df_settings, cancel)
+    for other in others:
+        warm_up(activate(other), warm_ids, ar_settings, df_settings, cancel)
     if with_mlx_lm:
         mlx_lm_tok_s(pair, warm_ids, min(16, settings.max_tokens))
     per_prompt, all_ar, all_df, all_rounds, ratios = [], [], [], [], []
+    compared = [{"per_prompt": [], "df": [], "rounds": []} for _ in others]
     for n, (text, ids) in enumerate(prompts, 1):
         ar_runs, df_runs, rounds, reference = [], [], [], []
+        other_runs = [([], []) for _ in others]
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
             ar_runs.append(run_once(pair, ids, ar_settings, cancel)[0])
-            summary, rs = run_once(pair, ids, df_settings, cancel)
+            summary, rs = run_once(activate(pair), ids, df_settings, cancel)
             df_runs.append(summary)
             rounds += rs
+            for other, (summaries, other_rounds) in zip(others, other_runs):
+                summary, rs = run_once(activate(other), ids, df_settings, cancel)
+                summaries.append(summary)
+                other_rounds += rs
             if with_mlx_lm:
                 reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
         row = {"prompt": text, "prompt_tokens": len(ids), **_figures(ar_runs, df_runs, rounds)}
@@ -134,12 +145,24 @@ def run_bench(
             row["ar_vs_mlx_lm"] = round(statistics.median(s.tok_per_s for s in ar_runs) / row["mlx_lm_tok_s"], 4)
             ratios.append(row["ar_vs_mlx_lm"])
         per_prompt.append(row)
+        for c, (summaries, other_rounds) in zip(compared, other_runs):
+            c["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
+                                    **_figures(ar_runs, summaries, other_rounds)})
+            c["df"] += summaries
+            c["rounds"] += other_rounds
         all_ar += ar_runs
         all_df += df_runs
         all_rounds += rounds
     overall = _figures(all_ar, all_df, all_rounds)
     if with_mlx_lm:
         overall["ar_vs_mlx_lm"] = round(statistics.median(ratios), 4)
+    if others:  # the same AR runs against each other drafter
+        overall["compared"] = [
+            {"drafter": str(o.drafter_path), **o.drafter.cfg.generation_facts(),
+             **_figures(all_ar, c["df"], c["rounds"]), "per_prompt": c["per_prompt"]}
+            for o, c in zip(others, compared)]
+        overall["drafter"] = str(pair.drafter_path)
+        overall.update(pair.drafter.cfg.generation_facts())
     return {
         **overall,
         "prompts": len(prompts),

@@ -22,8 +22,27 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
               f"(DFlash verify {result['verify_ms']:.2f} ms)")
     if with_mlx_lm:
         print(f"AR vs mlx-lm generate (median ratio of tok/s): {result['ar_vs_mlx_lm']:.3f}")
-    if not result["identical"] and greedy:
+    if result.get("compared"):
+        print_compared(result)
+    if not all(r["identical"] for r in [result] + result.get("compared", [])) and greedy:
         print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
+
+
+def print_compared(result: dict) -> None:
+    """Each drafter's speedup and tau per prompt, against the same AR runs."""
+    drafters = [result] + result["compared"]
+    names = [f"{d['drafter_generation']} {d['drafter'].rstrip('/').split('/')[-1]}"[:24] for d in drafters]
+    print("\ndrafters on the same AR runs: speedup (tau)")
+    print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(n.rjust(26) for n in names))
+    rows = zip(*[d["per_prompt"] for d in drafters])
+    for cells in list(rows) + [drafters]:
+        label = ("OVERALL" if cells is drafters else cells[0]["prompt"]).replace("\n", "\\n")[:30]
+        figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
+                           c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
+        print(label.ljust(32) + f"{cells[0]['ar_tok_s']:10.1f}" + figures)
+    worst = [min(d["per_prompt"], key=lambda r: r["speedup"] or 0) for d in drafters]
+    print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
+                                       for n, w in zip(names, worst)))
 
 
 def print_block_sizes(result: dict) -> None:

@@ -183,8 +183,13 @@ def cmd_bench(args) -> int:
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if sizes:
         return _bench_sizes(args, pair, prompts, sizes, progress)
+    others = []
+    if args.compare_drafter:
+        from engine.models.pair import attach_drafter
+
+        others = [attach_drafter(pair, d) for d in args.compare_drafter]
     result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress,
-                       with_mlx_lm=args.with_mlx_lm)
+                       with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:
         print(json.dumps(result))
     else:

@@ -96,6 +96,9 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     fmt.add_argument("--chat", action="store_true")
     b.add_argument("--json", action="store_true")
     b.add_argument("--with-mlx-lm", action="store_true", help="also time mlx-lm's own generate (AR reference)")
+    b.add_argument("--compare-drafter", metavar="D2", action="append", default=[],
+                   help="also run this drafter (folder or id) on the same target after every AR run, "
+                        "e.g. a DFlash2 drafter beside a v1 one; may be given more than once")
     b.add_argument("--block-sizes", metavar="LIST", help="e.g. 2,4,8,16,auto: measure each block size on every "
                    "prompt, beside the advisor's prediction for it")
 
