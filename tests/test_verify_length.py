@@ -11,7 +11,7 @@ from scipy.stats import chi2_contingency
 from engine.decode.cost_curve import CostCurve
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import SamplingSettings
-from engine.decode.verify_length import PROBE_FIRST, VerifyLengthController
+from engine.decode.verify_length import PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
 from conftest import PROMPTS
 from helpers import run
@@ -33,8 +33,8 @@ def test_a_drafter_that_never_hits_is_skipped_and_probed_ever_less_often():
         k = c.choose(1000)
         picks.append(k)
         c.record(k - 1, 0)
-    assert picks[-1] in (1, 16) and picks[20:].count(1) > 150  # plain decoding, the drafter skipped
-    probes = [i for i, k in enumerate(picks) if k == 16 and i > 10]
+    assert picks[-1] in (1, PROBE_LENGTH) and picks[20:].count(1) > 150  # plain decoding, the drafter skipped
+    probes = [i for i, k in enumerate(picks) if k == PROBE_LENGTH and i > 10]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps and gaps == sorted(gaps) and gaps[0] >= PROBE_FIRST  # probes grow rarer
 
@@ -60,6 +60,17 @@ def test_a_good_drafter_on_a_flat_curve_verifies_everything_and_a_costly_verify_
             c.record(k - 1, min(4, k - 1))
     assert flat.choose(1000) >= 5 and 1 < steep.choose(1000) <= flat.choose(1000)
     assert flat.choose(3) <= 3  # never more than the tokens still wanted
+
+
+def test_whole_blocks_accepted_reach_further_than_any_position_was_offered():
+    """Positions never offered take the rate before them: a run accepting every block grows k."""
+    c = VerifyLengthController(_curve(verify_growth=0.1), 16)
+    picks = []
+    for _ in range(12):
+        k = c.choose(1000)
+        picks.append(k)
+        c.record(k - 1, k - 1)
+    assert picks[0] < 16 and picks[-1] == 16 and picks == sorted(picks), picks
 
 
 @pytest.fixture
@@ -89,7 +100,7 @@ def test_greedy_every_verify_length_equals_ar(qwen3_pair, alternating_dirs, cycl
     assert df.token_ids == ar.token_ids
     verified = {r.verified for r in rounds}
     assert 1 in verified and max(verified) >= 8  # skipped drafts, short and long verifies all ran
-    assert any(r.unverified for r in rounds) and all(not r.drafted for r in rounds if r.verified == 1)
+    assert all(len(r.drafted) == r.verified - 1 and not r.unverified for r in rounds)  # drafts only what it verifies
 
 
 def _assert_same_joint_distribution(pair) -> None:

@@ -5,7 +5,7 @@ From one run's rounds (live or from a trace) and the machine's cost curve
 round commits and what a round costs:
 
     ms(k) = draft_scale * draft(k) + verify_scale * verify(k) + overhead
-            (a fixed size k drafts only k; auto drafts the whole block)
+            (a round of length k drafts only k, whether the size is fixed or auto's choice)
 
 The tokens come from replaying the run: its rounds cut the output into streaks of tokens the
 drafts got right, each ended by a correction. At block k a streak of s is committed by rounds
@@ -17,8 +17,7 @@ inside a streak, as short blocks often do, starts at an easy position.
 The curve's draft and verify times are scaled by what this run's rounds measured for the
 lengths they used (longer context, acceptance evaluated with the verify), and `overhead` is
 the rest of a round (rollback, events, text): the run's decode time per round minus its
-draft and verify times. Auto is predicted as the best length when the whole block is drafted every
-round (as auto does), which its controller aims for.
+draft and verify times. Auto is predicted as the best fixed length, which its controller aims for.
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     if not rounds or decode_s <= 0:
         return None
     block = min(block or curve.block, len(curve.verify_ms))
-    auto_run = any(field_of(r, "unverified") for r in rounds)  # auto drafts the whole block every round
+    auto_run = any(field_of(r, "unverified") for r in rounds)  # traces from when auto drafted whole blocks
     lengths = [min(verified_of(r), block) for r in rounds]
     # The run's own verify and draft times against the curve's for the same lengths: the run's
     # context is longer than the curve's and its verify also evaluates acceptance, so scale the
@@ -125,7 +124,7 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     committed = [committed_per_round(found, k) for k in range(1, block + 1)]
     round_ms = [cost(k, False) for k in range(1, block + 1)]
     tok_s = [1000.0 * e / ms for e, ms in zip(committed, round_ms)]
-    auto_tok_s = max(1000.0 * e / cost(k, True) for k, e in enumerate(committed, 1))
+    auto_tok_s = max(tok_s)
     ar = ar_tok_s or 1000.0 / curve.ar_step_ms
     return Advice(
         lengths=list(range(1, block + 1)),

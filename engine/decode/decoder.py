@@ -176,9 +176,7 @@ class DFlashDecoder(Decoder):
         length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
         verify = length if self.verify_length is None else self.verify_length.choose(length)
         t0 = time.perf_counter()
-        proposal = self.draft(anchor, length if verify > 1 else 1)
-        unverified = proposal.drafts[verify - 1:].tolist() if verify < length and verify > 1 else []
-        proposal = proposal.cut(verify - 1)
+        proposal = self.draft(anchor, verify)  # auto drafts only what it verifies, as a fixed size would
         drafts = proposal.drafts
         t1 = time.perf_counter()
 
@@ -218,7 +216,6 @@ class DFlashDecoder(Decoder):
             t=t3 - self.t_first,
             generated=len(self.out.tokens),
             verified=verify,
-            unverified=unverified,
             **(as_lists(why.tolist()) if why is not None else {}),
             **(selector_fields([a.tolist() for a in selector]) if selector is not None else {}),
         )

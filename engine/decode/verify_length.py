@@ -1,14 +1,19 @@
-"""How many drafted positions to verify each round (`--block-size auto`).
+"""How many positions to draft and verify each round (`--block-size auto`).
 
-The drafter drafts its whole block; verifying k positions (the anchor and k - 1 drafts) costs
-the draft plus verify(k) from the cost curve, and commits on average
+A round of length k (the anchor and k - 1 drafts, drafted and verified) costs draft(k) plus
+verify(k) from the cost curve, and commits on average
     E(k) = 1 + sum_{i < k} a_1 * ... * a_i
 tokens, where a_j is the chance that draft j is accepted once drafts 1..j-1 were. The
-controller keeps recency-weighted counts of a_j from this run's rounds (a mild prior before it
-has any) and picks the k with the most committed tokens per millisecond. k = 1 is plain
-decoding with the drafter skipped; from there it drafts a whole probe block now and then (every
-4, 8, ... up to 64 rounds while probes keep failing) so it can come back when acceptance does.
-Which k it picks never changes what is committed: acceptance is decided as for any block.
+controller keeps recency-weighted counts of a_j from this run's rounds and picks the k with the
+most committed tokens per millisecond. Before a position has been offered its rate is the one
+before it (a_1 starts at 0.5): a run whose blocks are accepted whole reaches further, one whose
+drafts miss early stays short. k = 1 is plain decoding with the drafter skipped; from there it
+drafts a short probe block (4) now and then (every 4, 8, ... up to 64 rounds while probes keep
+failing) so it can come back when acceptance does: a probe accepted whole raises the rates,
+and the rounds after it reach further. The drafter drafts only the k positions it
+will verify: drafting a shorter block is cheaper, and a drafter often drafts its first positions
+better in a short block. Which k it picks never changes what is committed: acceptance is decided
+as for any block.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from __future__ import annotations
 from engine.decode.cost_curve import CostCurve
 
 DECAY = 0.97  # weight of a round's evidence after each newer round: ~30 rounds of memory
-PRIOR = (1.0, 2.0)  # accepted, offered: a_j starts at 0.5 until the run says otherwise
+PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is 0.5, a_j's (j > 1) is a_{j-1}
 PROBE_FIRST, PROBE_MAX = 4, 64
+PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
 
 
 class VerifyLengthController:
@@ -31,7 +37,11 @@ class VerifyLengthController:
 
     def rates(self) -> list[float]:
         """a_j for j = 1..block-1: accepted given every earlier draft was."""
-        return [(a + PRIOR[0]) / (o + PRIOR[1]) for a, o in zip(self.accepted, self.offered)]
+        out, prior = [], 0.5
+        for a, o in zip(self.accepted, self.offered):
+            prior = (a + PRIOR_WEIGHT * prior) / (o + PRIOR_WEIGHT)
+            out.append(prior)
+        return out
 
     def expected_tokens(self) -> list[float]:
         """E(k) for k = 1..block, from one pass over the rates."""
@@ -44,7 +54,7 @@ class VerifyLengthController:
 
     def best(self) -> int:
         """The k with the most expected committed tokens per millisecond."""
-        per_ms = [e / self.curve.round_ms(k) for k, e in enumerate(self.expected_tokens(), 1)]
+        per_ms = [e / self.curve.round_ms(k, whole_block=False) for k, e in enumerate(self.expected_tokens(), 1)]
         return per_ms.index(max(per_ms)) + 1
 
     def choose(self, remaining: int) -> int:
@@ -55,7 +65,7 @@ class VerifyLengthController:
             if self.plain_rounds >= self.probe_every:  # look again at what the drafter offers
                 self.plain_rounds = 0
                 self.probe_every = min(self.probe_every * 2, PROBE_MAX)
-                k = self.block
+                k = min(PROBE_LENGTH, self.block)
         else:
             self.plain_rounds = 0
             self.probe_every = PROBE_FIRST
