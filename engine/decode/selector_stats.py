@@ -35,42 +35,43 @@ def _verified(r: Any) -> int:
                ("drafted", "candidates", "candidate_scores", "target_candidate_rank", "plain_top"))
 
 
+def _row(r: Any, i: int) -> dict[str, Any]:
+    """Verified draft i of a DFlash2 round."""
+    drafted, accepted = field_of(r, "drafted")[i], field_of(r, "accepted", 0)
+    ids, rank = field_of(r, "candidates")[i], field_of(r, "target_candidate_rank")[i]
+    plain = field_of(r, "plain_top")[i]
+    return {
+        "position": i + 1,  # 1-based draft position in the block
+        "drafted": drafted,
+        "plain_top": plain,
+        "rescored": plain != drafted,  # the selector's rescoring changed the head's pick
+        "target_rank": rank,
+        "target_choice": ids[rank] if 0 <= rank < len(ids) else None,
+        "status": "accepted" if i < accepted else "rejected" if i == accepted else "after the break",
+        "candidates": list(zip(ids, field_of(r, "candidate_scores")[i])),
+        "drafted_rank": ids.index(drafted) if drafted in ids else -1,
+    }
+
+
 def positions(r: Any) -> list[dict[str, Any]]:
     """Per verified draft of a DFlash2 round: its candidates and what became of them ([] for v1)."""
-    drafted, accepted = field_of(r, "drafted") or [], field_of(r, "accepted", 0)
-    candidates, scores = field_of(r, "candidates") or [], field_of(r, "candidate_scores") or []
-    ranks, plain = field_of(r, "target_candidate_rank") or [], field_of(r, "plain_top") or []
-    rows = []
-    for i in range(_verified(r)):
-        ids, rank = candidates[i], ranks[i]
-        rows.append({
-            "position": i + 1,  # 1-based draft position in the block
-            "drafted": drafted[i],
-            "drafted_rank": ids.index(drafted[i]) if drafted[i] in ids else -1,
-            "plain_top": plain[i],
-            "rescored": plain[i] != drafted[i],  # the selector's rescoring changed the head's pick
-            "candidates": list(zip(ids, scores[i])),
-            "target_rank": rank,
-            "target_choice": ids[rank] if 0 <= rank < len(ids) else None,
-            "status": "accepted" if i < accepted else "rejected" if i == accepted else "after the break",
-        })
-    return rows
+    return [_row(r, i) for i in range(_verified(r))]
+
+
+def _kind(target_rank: int, target_choice: Optional[int], drafted: int) -> str:
+    """Whose miss a rejected draft was (see the module doc)."""
+    if target_rank < 0:
+        return "drafter"
+    return "selector" if target_choice != drafted else "sampling"
 
 
 def miss(r: Any) -> Optional[dict[str, Any]]:
     """The first rejected draft of a DFlash2 round and whose miss it was; None when none was rejected."""
-    rows = positions(r)
     accepted = field_of(r, "accepted", 0)
-    if accepted >= len(rows):
+    if accepted >= _verified(r):
         return None
-    row = rows[accepted]
-    if row["target_rank"] < 0:
-        kind = "drafter"
-    elif row["target_choice"] != row["drafted"]:
-        kind = "selector"
-    else:
-        kind = "sampling"
-    return {**row, "kind": kind}
+    row = _row(r, accepted)
+    return {**row, "kind": _kind(row["target_rank"], row["target_choice"], row["drafted"])}
 
 
 def top_k(rounds: Iterable[Any]) -> int:
@@ -95,24 +96,25 @@ def selector_stats(rounds: Iterable[Any]) -> Optional[dict[str, Any]]:
     out = {"top_k": k, "rounds": len(rounds), "judged": 0, "rank_counts": [0] * k, "not_candidate": 0,
            "rescored": 0, "rescored_accepted": 0, "rescored_plain_was_target": 0, "kept": 0, "kept_accepted": 0,
            "misses": {"drafter": 0, "selector": 0, "sampling": 0}}
-    for r in rounds:
-        accepted = field_of(r, "accepted", 0)
-        for row in positions(r)[: accepted + 1]:
+    for r in rounds:  # one pass, fields read once a round: live runs recount thousands of rounds
+        accepted, drafted, plain = field_of(r, "accepted", 0), field_of(r, "drafted"), field_of(r, "plain_top")
+        candidates, ranks = field_of(r, "candidates"), field_of(r, "target_candidate_rank")
+        for i in range(min(accepted + 1, _verified(r))):
+            rank, ids = ranks[i], candidates[i]
+            choice = ids[rank] if 0 <= rank < len(ids) else None
             out["judged"] += 1
-            rank = row["target_rank"]
             if 0 <= rank < k:
                 out["rank_counts"][rank] += 1
             else:
                 out["not_candidate"] += 1
-            ok = row["status"] == "accepted"
-            if row["rescored"]:
+            ok = i < accepted
+            if plain[i] != drafted[i]:
                 out["rescored"] += 1
                 out["rescored_accepted"] += ok
-                out["rescored_plain_was_target"] += row["target_choice"] == row["plain_top"]
+                out["rescored_plain_was_target"] += choice == plain[i]
             else:
                 out["kept"] += 1
                 out["kept_accepted"] += ok
-        broke = miss(r)
-        if broke is not None:
-            out["misses"][broke["kind"]] += 1
+            if i == accepted:
+                out["misses"][_kind(rank, choice, drafted[i])] += 1
     return out
