@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.calibration import broke_at
 from engine.decode.events import RoundEvent
+from engine.decode.selector_stats import has_selector, miss, positions
 from app import theme
 from app.run_record import RunRecord
 from app.tokens import chip_text
@@ -121,7 +122,7 @@ def round_tooltip(r: RoundEvent, table) -> str:
             + (f"\nverified {r.verified} positions (the anchor and {r.verified - 1} drafts)" if r.verified else "")
             + (f"; drafted but not verified: {' '.join(chip_text(table, t) for t in r.unverified)}"
                if r.unverified else "")
-            + why_lines(r, table))
+            + why_lines(r, table) + selector_lines(r, table))
 
 
 def why_lines(r: RoundEvent, table) -> str:
@@ -138,6 +139,23 @@ def why_lines(r: RoundEvent, table) -> str:
                  + ("the drafter's first choice too (a sampling miss)" if rank == 0 else
                     f"ranked {rank + 1} in the drafter's list"))
     return text
+
+
+def selector_lines(r: RoundEvent, table) -> str:
+    """A DFlash2 round: how often its selector rescored the plain argmax, and whose miss the break was."""
+    if not has_selector(r):
+        return ""
+    rows = positions(r)
+    text = (f"\nselector: {sum(row['rescored'] for row in rows)} of {len(rows)} drafts differ from the "
+            "drafter's plain argmax")
+    broke = miss(r)
+    if broke is not None:
+        rank = broke["target_rank"]
+        text += f"; at draft {broke['position']} the target's choice " + (
+            "was not a candidate (the drafter's miss)" if broke["kind"] == "drafter" else
+            f"was candidate #{rank + 1} (the selector's miss)" if broke["kind"] == "selector" else
+            "was the draft (a sampling miss)")
+    return text + "\ndouble-click the round for its candidates (Selector tab)"
 
 
 def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:
@@ -279,9 +297,11 @@ class ChipDelegate(QStyledItemDelegate):
 
 
 class RoundsView(QTableView):
-    """The table; emits `round_selected(index)` when the user picks a row."""
+    """The table; emits `round_selected(index)` when the user picks a row, `round_opened(index)` when
+    they double-click one."""
 
     round_selected = Signal(int)
+    round_opened = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -306,6 +326,7 @@ class RoundsView(QTableView):
             if col != BLOCK_COLUMN:
                 self.setColumnWidth(col, width)
         self.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.doubleClicked.connect(lambda index: self.round_opened.emit(index.row()))
         self._quiet = False
 
     def set_run(self, run: Optional[RunRecord]) -> None:

@@ -133,6 +133,7 @@ class RunController(QObject):
         self.w.rounds.set_run(self.rounds_run)
         self.w.plots.update_runs(self.runs, self.rounds_run)
         self.w.why_view.update_run(self.rounds_run)
+        self.w.selector_view.update_run(self.rounds_run)
         self.w.update_status()
 
     # ---- draining the worker ---------------------------------------------------------------
@@ -211,6 +212,7 @@ class RunController(QObject):
             self._last_plot = now
             w.plots.update_runs(self.runs, self.rounds_run)
             w.why_view.update_run(self.rounds_run)
+            w.selector_view.update_run(self.rounds_run)
             self._dirty = False
         if final:
             self._dirty = False

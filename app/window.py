@@ -27,6 +27,7 @@ from app.parity_view import ParityView
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
 from app.rounds_view import RoundsView
+from app.selector_view import SelectorView
 from app.model_lists import ModelLists
 from app.run_controller import RunController
 from app.run_record import RunRecord
@@ -91,13 +92,11 @@ class MainWindow(QMainWindow):
         lay.addWidget(self.prompt, 1)
         left.setMinimumWidth(330)
 
-        self.output = OutputView()
-        self.parity_view = ParityView()
-        self.center_tabs = QTabWidget()
-        self.center_tabs.addTab(self.output, "Output")
-        self.center_tabs.addTab(self.parity_view, "Parity")
-        self.why_view = WhyView()
-        self.center_tabs.addTab(self.why_view, "Why")
+        self.output, self.parity_view, self.why_view = OutputView(), ParityView(), WhyView()
+        self.selector_view, self.center_tabs = SelectorView(), QTabWidget()
+        for view, name in zip((self.output, self.parity_view, self.why_view, self.selector_view),
+                              ("Output", "Parity", "Why", "Selector")):
+            self.center_tabs.addTab(view, name)
         self.legend = token_legend()
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -128,6 +127,7 @@ class MainWindow(QMainWindow):
         self.prompt.run_button.clicked.connect(self.start_run)
         self.prompt.stop_button.clicked.connect(self.stop)
         self.rounds.round_selected.connect(self._round_selected)
+        self.rounds.round_opened.connect(lambda _index: self.center_tabs.setCurrentWidget(self.selector_view))
         self.why_view.advise_requested.connect(self.controller.advise)
         self.output.token_clicked.connect(self._token_clicked)
 
@@ -227,6 +227,7 @@ class MainWindow(QMainWindow):
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
         self.why_view.clear()
+        self.selector_view.clear()
         self.update_status()
 
     def pair_loaded(self, info: PairInfo) -> None:
@@ -256,10 +257,11 @@ class MainWindow(QMainWindow):
     def update_status(self) -> None:
         self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)
 
-    # ---- rounds <-> output -----------------------------------------------------------------
+    # ---- rounds <-> output and selector ----------------------------------------------------
 
     def _round_selected(self, index: int) -> None:
-        self.center_tabs.setCurrentWidget(self.output)
+        self.selector_view.show_round(self.rounds_run, index)
+        self.center_tabs.setCurrentWidget(self.selector_view if self.selector_view.isVisible() else self.output)
         self.output.highlight_round(index)
 
     def _token_clicked(self, token_index: int) -> None:
@@ -269,7 +271,7 @@ class MainWindow(QMainWindow):
         tok = run.tokens[token_index]
         if tok.round is not None:
             self.rounds.select_round(tok.round)
-            self.output.highlight_round(tok.round)
+            self._round_selected(tok.round)
 
     # ---- files -----------------------------------------------------------------------------
 
