@@ -213,6 +213,16 @@ def test_greedy_parity_random_dflash2(dflash2_pair, block):
         assert all(len(r.drafted) <= block - 1 for r in rounds)
 
 
+def test_auto_verify_length_runs_the_selector_losslessly(qwen3_untied_dirs, tmp_path):
+    pair = _bigram_pair(qwen3_untied_dirs[0], tmp_path)
+    for prompt in PROMPTS[:2]:
+        ar, _ = run(pair, prompt, mode="ar", max_tokens=48)
+        df, rounds = run(pair, prompt, max_tokens=48, auto=True)
+        assert df.token_ids == ar.token_ids
+        drafted = [r for r in rounds if r.drafted]
+        assert drafted and all(len(r.candidates) == len(r.drafted) == r.verified - 1 for r in drafted)
+
+
 def _bigram_pair(target, tmp_path, block=8):
     """A bigram DFlash2 drafter for the chains of two prompts' AR outputs (module doc of tiny_dflash2)."""
     plain = load_pair(target, None)
