@@ -8,8 +8,7 @@ rejected draft needs no drafter rollback.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -17,8 +16,7 @@ from mlx_lm.models.activations import swiglu
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
-from engine.models.checkpoint import canonical_name, check_drafter_weights, weight_files
-from engine.models.drafter_config import SLIDING, DrafterConfig, load_drafter_config
+from engine.models.drafter_config import SLIDING, DrafterConfig
 
 
 class ContextCache:
@@ -235,23 +233,3 @@ def _is_causal(cfg: DrafterConfig, layer_type: str) -> bool:
     if cfg.is_causal is not None:
         return cfg.is_causal
     return layer_type == SLIDING
-
-
-def load_drafter(folder: Path, dtype: Any) -> DFlashDrafter:
-    """Load a checked DFlash (v1 or DFlash2, as config.json names it) checkpoint, cast to the
-    target's dtype; its weights are every *.safetensors in the folder."""
-    cfg = load_drafter_config(folder)
-    check_drafter_weights(folder, cfg)
-    if cfg.selector is not None:
-        from engine.models.drafter2 import DFlash2Drafter
-
-        model = DFlash2Drafter(cfg)
-    else:
-        model = DFlashDrafter(cfg)
-    weights = {}
-    for path in weight_files(folder):
-        weights.update((canonical_name(k), v) for k, v in mx.load(str(path)).items())
-    model.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
-    mx.eval(model.parameters())
-    model.eval()
-    return model

@@ -10,7 +10,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.models.doctor import check_pair
-from engine.models.drafter import DFlashDrafter, load_drafter
+from engine.models.drafter import DFlashDrafter
+from engine.models.drafter_load import load_drafter
 from engine.errors import DFlashError, IncompatiblePairError
 from engine.runtime.distributed import SINGLE, Ranks, collective_ms
 from engine.runtime.streams import STREAM
