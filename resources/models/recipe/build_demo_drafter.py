@@ -75,15 +75,21 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--bench-prompts", default=str(Path(__file__).resolve().parent / "bench_prompts.jsonl"))
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
+    ap.add_argument("--arch", choices=("dflash", "dflash2"), default="dflash",
+                    help="dflash2: convs and a candidate selector (with --init from a v1 drafter, grown from it)")
+    ap.add_argument("--selector-top-k", type=int, default=8)
+    ap.add_argument("--selector-rank", type=int, default=64)
+    ap.add_argument("--compare-drafter", help="bench this drafter too, on the same AR runs (e.g. the v1 demo drafter)")
     return ap.parse_args()
 
 
-def bench(target: str, drafter: str, max_tokens: int, repeats: int, prompts: str) -> dict:
+def bench(target: str, drafter: str, max_tokens: int, repeats: int, prompts: str,
+          compare: Optional[str] = None) -> dict:
     """The project's `bench` command in a fresh process with one BLAS thread (the decoding default;
     training's two threads would slow AR decoding and flatter the ratio)."""
     command = [sys.executable, "-m", "engine.tools.cli", "bench", "--target", target, "--drafter", drafter,
                "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--repeats", str(repeats),
-               "--block-size", "16", "--raw", "--json"]
+               "--block-size", "16", "--raw", "--json"] + (["--compare-drafter", compare] if compare else [])
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -156,6 +162,8 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
   {args.finetune_steps} steps, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
   Held-out figures use 64 continuations of definition prompts from the held-out modules.
   Final: {_final(second)}."""
+    gen = stages[-1][0].cfg.generation_facts()
+    generation = ", ".join(str(v) for v in gen.values())
     return f"""# {Path(args.out).name}
 
 A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground`'s own trainer
@@ -163,7 +171,7 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 - Corpus: Python {python_version()} standard library (same files as the target), held out:
   {", ".join(HELD_OUT)}, and the target's {args.synthetic_modules:,} synthetic modules; {corpus_tokens:,} tokens.
-- Drafter: {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
+- Drafter ({generation}): {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
 - Stage 1 (from {f"`{args.init}`" if args.init else "random weights"}): {distill_line(args, tokens)}
@@ -175,7 +183,7 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 
 ## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
-Reproduce with `dflash-playground bench --prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']}` (the demo pair is the default; its prompts are encoded raw, as it was trained).
+Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --block-size 16 --raw` (prompts encoded raw, as the pair was trained).
 
 Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device: this machine's CPU
 (BLAS: {result['blas'].split(' (')[0]}).
@@ -186,7 +194,7 @@ Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device
 | **overall** | {result['ar_tok_s']:.1f} | {result['dflash_tok_s']:.1f} | {result['speedup']:.2f}x | {result['mean_acceptance_length']:.2f} | {result['draft_ms']:.2f} | {result['verify_ms']:.2f} |
 
 Greedy outputs identical to AR on every prompt: {result['identical']}.
-
+{compared_table(result)}
 A DFlash round (draft, verify, rollback, bookkeeping) costs {result['round_ms']:.2f} ms, the time of
 {result['round_in_ar_steps']:.2f} AR steps: DFlash breaks even at tau {result['round_in_ar_steps']:.2f} and reaches 2x
 at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at block position k was accepted:
@@ -194,6 +202,51 @@ at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at blo
 | k | {" | ".join(str(k) for k in range(1, len(result['acceptance_by_position']) + 1))} |
 | --- | {" | ".join("---:" for _ in result['acceptance_by_position'])} |
 | accepted | {" | ".join(f"{a:.2f}" for a in result['acceptance_by_position'])} |
+"""
+
+
+def reproduce_models(args) -> str:
+    """The bench flags that name this card's models, relative to the repository where they live there."""
+    def name(path: str) -> str:
+        p = Path(path).resolve()
+        return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
+
+    flags = f"--target {name(args.target)} --drafter {name(args.out)} "
+    return flags + (f"--compare-drafter {name(args.compare_drafter)} " if args.compare_drafter else "")
+
+
+def compared_table(result: dict) -> str:
+    """Per prompt, this drafter beside each `--compare-drafter` one, on the same AR runs."""
+    if not result.get("compared"):
+        return ""
+    others = result["compared"]
+
+    def x(v) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    def t(v) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    head = " | ".join(f"{Path(o['drafter']).name} speedup | tau" for o in others)
+    rows = "\n".join(
+        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {r['ar_tok_s']:.1f} | {x(r['speedup'])} | "
+        f"{t(r['mean_acceptance_length'])} | "
+        + " | ".join(f"{x(o['per_prompt'][i]['speedup'])} | {t(o['per_prompt'][i]['mean_acceptance_length'])}"
+                     for o in others) + " |"
+        for i, r in enumerate(result["per_prompt"]))
+    overall = (f"| **overall** | {result['ar_tok_s']:.1f} | {x(result['speedup'])} | "
+               f"{t(result['mean_acceptance_length'])} | "
+               + " | ".join(f"{x(o['speedup'])} | {t(o['mean_acceptance_length'])}" for o in others) + " |")
+    cols = 3 + 2 * len(others)
+    return f"""
+### Beside {", ".join(f"`{Path(o['drafter']).name}`" for o in others)} (same AR runs, same bench)
+
+| prompt | AR tok/s | this speedup | tau | {head} |
+| {" | ".join(["---"] + ["---:"] * (cols - 1))} |
+{rows}
+{overall}
+
+Identical to AR: {" and ".join(str(o['identical']) for o in others)}.
 """
 
 
@@ -224,6 +277,7 @@ def main() -> int:
         layers=args.layers, block_size=args.block_size, taps=[int(x) for x in args.taps.split(",")],
         steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
         warmup=args.warmup, seed=args.seed, eval_every=args.eval_every, eval_fraction=0.0, init=args.init,
+        arch=args.arch, selector_top_k=args.selector_top_k, selector_rank=args.selector_rank,
     )
     train, held = load_corpus()
     if args.synthetic_modules:
@@ -255,7 +309,8 @@ def main() -> int:
                                     run_dir / "finetune_checkpoint", args.resume)
         stages.append((trainer, len(mixed), len(definitions)))
         rates.append(rate)
-    result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts)
+    result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts,
+                   args.compare_drafter)
     (out / "bench.json").write_text(json.dumps(result, indent=2))
     (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result, rates))
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
