@@ -40,10 +40,12 @@ def folder_role(folder: str | Path) -> Optional[str]:
 
 
 def demo_entries() -> list[ModelEntry]:
-    entries = []
-    for target, drafter in demo_pairs():
-        entries += [ModelEntry(str(target), f"{target.name} (demo)", TARGET, "demo"),
-                    ModelEntry(str(drafter), f"{drafter.name} (demo)", DRAFTER, "demo")]
+    entries, seen = [], set()
+    for target, drafter in demo_pairs():  # pairs may share a target (v1 and DFlash2 drafters): list it once
+        for folder, role in ((target, TARGET), (drafter, DRAFTER)):
+            if folder not in seen:
+                seen.add(folder)
+                entries.append(ModelEntry(str(folder), f"{folder.name} (demo)", role, "demo"))
     return entries
 
 
