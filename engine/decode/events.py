@@ -31,7 +31,7 @@ class RoundEvent:
     t: float  # seconds since decoding started, at the end of the round
     generated: int  # output length after this round
     verified: Optional[int] = None  # tokens the target verified: anchor + drafted (--block-size auto picks it)
-    unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (auto only)
+    unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (older auto traces)
     # per verified draft (engine/decode/why.py): the drafter's and the target's probability of it, the
     # target's top-1 margin, and the rank of the target's choice in the drafter's distribution
     draft_p: list[float] = field(default_factory=list)

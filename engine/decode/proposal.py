@@ -22,10 +22,6 @@ class Proposal:
     logits: mx.array  # (T, V): the drafter's logits (DFlash2: before the selector's rescoring)
     selection: Any = None  # engine.models.drafter2.Selection for DFlash2
 
-    def cut(self, n: int) -> "Proposal":
-        """The first n positions (the verified ones)."""
-        return Proposal(self.drafts[:n], None if self.logq is None else self.logq[:n], self.logits, self.selection)
-
 
 def propose(drafter, head, hidden: mx.array, anchor: int, sampler: Sampler) -> Proposal:
     """Drafts for block positions 1..T from the drafter's final hidden states `hidden` (T, H)."""
