@@ -213,7 +213,8 @@ class ModelsPanel(QGroupBox):
             facts = report.facts
             what = f"{facts.get('target_model_type', '?')} target, {facts.get('target_num_hidden_layers', '?')} layers"
             if drafter:
-                what += f"; drafter {facts.get('drafter_layers')} layers, block {facts.get('block_size')}"
+                what += (f"; {facts.get('drafter_generation', 'DFlash')} drafter {facts.get('drafter_layers')} layers, "
+                         f"block {facts.get('block_size')}" + (f", {facts['selector']}" if facts.get("selector") else ""))
             else:
                 what += "; no drafter, so AR only"
             self._set_verdict(True, f"✓ ready: {what}")

@@ -233,8 +233,8 @@ class MainWindow(QMainWindow):
     def pair_loaded(self, info: PairInfo) -> None:
         self.models.set_loading(False)
         facts = info.facts
-        drafter = f" + drafter ({facts.get('drafter_layers')} layers, block {facts.get('block_size')})" \
-            if info.drafter else " (no drafter: AR only)"
+        drafter = f" + {facts.get('drafter_generation', 'DFlash')} drafter ({facts.get('drafter_layers')} layers, " \
+            f"block {facts.get('block_size')})" if info.drafter else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
         self.status_line.show_device(info.device)

@@ -35,6 +35,7 @@ def test_a_dflash2_round_lists_its_candidates_and_the_targets_rank(qtbot, make_w
     choose(w, dflash2_dirs, PROMPTS[0], max_tokens=32, block_size=6)
     run_and_wait(qtbot, w)
     assert w.errors == []
+    assert "DFlash2 drafter" in w.models.status.text()  # the loaded pair names its drafter's generation
     run, view = w.rounds_run, w.selector_view
     assert not view.body.isHidden() and view.empty.isHidden()
     broke = next(i for i, r in enumerate(run.rounds) if r.accepted < len(r.drafted))
