@@ -10,7 +10,8 @@ from typing import Optional
 DEMO_TARGET = "demo-target"
 DEMO_DRAFTER = "demo-drafter"
 # Every bundled pair, the default first; the hybrid pair shows tape replay (GatedDeltaNet target).
-DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), ("demo-hybrid-target", "demo-hybrid-drafter")]
+DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), ("demo-hybrid-target", "demo-hybrid-drafter"),
+              (DEMO_TARGET, "demo-dflash2-drafter")]  # DFlash2 beside v1 on the same target
 # Ends in a newline, as the bench prompts do: the demo tokenizer splits as Qwen's does, keeping a
 # newline apart from the indentation after it, so the target goes on with an indented body.
 SAMPLE_PROMPT = "def fibonacci(n):\n"
