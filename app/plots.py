@@ -29,6 +29,12 @@ def translucent_brush(colour: str, alpha: int = 150):
     return pg.mkBrush(c)
 
 
+def empty_bars(colour: str, alpha: int) -> pg.BarGraphItem:
+    """Vertical bars with no data yet (setOpts fills them), borderless, in a translucent colour."""
+    return pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
+                           brush=translucent_brush(colour, alpha), pen=pg.mkPen(None))
+
+
 class PlotsPanel(pg.GraphicsLayoutWidget):
     """Four plots in a grid; `update_runs` redraws from the records (cheap: arrays of a few thousand)."""
 
@@ -58,8 +64,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.p_pos.setTitle("Acceptance rate by block position", **TITLE)
         self.p_pos.setLabel("bottom", "draft position in block")
         self.p_pos.setYRange(0, 1.05)
-        self.pos_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                        brush=translucent_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
+        self.pos_bars = empty_bars(theme.PLOT_DFLASH, 200)
         self.p_pos.addItem(self.pos_bars)
 
         self.p_time = self.addPlot(row=3, col=1)

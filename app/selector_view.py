@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.selector_stats import has_selector, miss, positions, selector_stats
 from app import theme
-from app.plots import TITLE, translucent_brush
+from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 from app.tokens import chip_text
 
@@ -118,10 +118,8 @@ class SelectorView(QWidget):
         self.p_rank = self.plots.addPlot(row=0, col=0, rowspan=2)
         self.p_rank.setTitle("Rank of the target's token among the candidates", **TITLE)
         self.p_rank.setMouseEnabled(x=False, y=False)
-        self.rank_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                         brush=translucent_brush(theme.PLOT_DFLASH, 200), pen=pg.mkPen(None))
-        self.none_bar = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                        brush=translucent_brush(theme.CHIP_CORRECTION, 220), pen=pg.mkPen(None))
+        self.rank_bars = empty_bars(theme.PLOT_DFLASH, 200)
+        self.none_bar = empty_bars(theme.CHIP_CORRECTION, 220)
         self.p_rank.addItem(self.rank_bars)
         self.p_rank.addItem(self.none_bar)
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from engine.decode.calibration import calibration
 from app import theme
-from app.plots import TITLE, translucent_brush
+from app.plots import TITLE, empty_bars
 from app.run_record import RunRecord
 
 
@@ -52,10 +52,8 @@ class WhyView(QWidget):
         self.p_adv = self.plots.addPlot(row=0, col=1)
         self.p_adv.setTitle("Predicted speedup by block size", **TITLE)
         self.p_adv.setLabel("bottom", "block size")
-        self.adv_bars = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                        brush=translucent_brush(theme.PLOT_DFLASH, 170), pen=pg.mkPen(None))
-        self.adv_current = pg.BarGraphItem(x=np.zeros(0), height=np.zeros(0), width=0.7,
-                                           brush=translucent_brush(theme.PLOT_VERIFY, 230), pen=pg.mkPen(None))
+        self.adv_bars = empty_bars(theme.PLOT_DFLASH, 170)
+        self.adv_current = empty_bars(theme.PLOT_VERIFY, 230)
         self.p_adv.addItem(self.adv_bars)
         self.p_adv.addItem(self.adv_current)
         self.p_adv.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.PLOT_AR, width=1)))

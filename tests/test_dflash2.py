@@ -29,6 +29,7 @@ from conftest import PROMPTS
 from fixtures.tiny_dflash2 import write_bigram_drafter, write_dflash2_drafter
 from fixtures.tiny_hybrid import write_hybrid_target
 from helpers import run
+from test_doctor import edit_config
 
 ALPHA = 1e-3
 
@@ -141,13 +142,6 @@ def _copy(dirs, tmp_path):
     return target, tmp_path / "d"
 
 
-def _edit(folder, change):
-    path = folder / "config.json"
-    raw = json.loads(path.read_text())
-    change(raw)
-    path.write_text(json.dumps(raw))
-
-
 def _retensor(folder, change):
     for f in folder.glob("*.safetensors"):
         tensors = mx.load(str(f))
@@ -173,19 +167,19 @@ def test_doctor_refuses_malformed_dflash2(dflash2_dirs, tmp_path):
     _retensor(d, lambda w: w.update({k: w[k][:, :3] for k in list(w) if k == "candidate_selector.hidden_projection.weight"}))
     cases.append((t, d, "'candidate_selector.hidden_projection.weight' has shape [8, 3]"))
     t, d = _copy(dflash2_dirs, tmp_path / "key")
-    _edit(d, lambda raw: raw["dflash_config"].pop("selector_rank"))
+    edit_config(d, lambda raw: raw["dflash_config"].pop("selector_rank"))
     cases.append((t, d, "'dflash_config.selector_rank' is missing"))
     t, d = _copy(dflash2_dirs, tmp_path / "theta")
-    _edit(d, lambda raw: raw.pop("rope_parameters"))
+    edit_config(d, lambda raw: raw.pop("rope_parameters"))
     cases.append((t, d, "'rope_theta' is absent"))
     t, d = _copy(dflash2_dirs, tmp_path / "vocab")
     _retensor(d, lambda w: w.update({k: w[k][:100] for k in list(w) if k.endswith("_codebook")}))
     cases.append((t, d, "has 100 rows but the target's vocabulary has 512 ids"))
     t, d = _copy(dflash2_dirs, tmp_path / "v1-name")
-    _edit(d, lambda raw: raw.update(architectures=["DFlashDraftModel"]))
+    edit_config(d, lambda raw: raw.update(architectures=["DFlashDraftModel"]))
     cases.append((t, d, "says DFlashDraftModel (DFlash v1) but the weights hold DFlash2 tensor"))
     t, d = _copy(dflash2_dirs, tmp_path / "group")
-    _edit(d, lambda raw: raw["dflash_config"].update(conv_group_size=24))
+    edit_config(d, lambda raw: raw["dflash_config"].update(conv_group_size=24))
     cases.append((t, d, "'dflash_config.conv_group_size' 24 does not divide 'hidden_size' 64"))
     t, d = _copy(dflash2_dirs, tmp_path / "overlap")
     first = sorted(d.glob("*.safetensors"))[0]
@@ -198,7 +192,7 @@ def test_doctor_refuses_malformed_dflash2(dflash2_dirs, tmp_path):
 def test_codebooks_must_cover_the_targets_vocabulary(dflash2_dirs, tmp_path):
     """A drafter whose config and codebooks agree with each other but stop short of the target's ids."""
     t, d = _copy(dflash2_dirs, tmp_path / "short")
-    _edit(d, lambda raw: raw.update(vocab_size=400))
+    edit_config(d, lambda raw: raw.update(vocab_size=400))
     _retensor(d, lambda w: w.update({k: w[k][:400] for k in list(w) if k.endswith("_codebook")}))
     msg = _problem(t, d)
     assert "candidate_selector.predecessor_codebook' has 400 rows but the target's vocabulary" in msg
