@@ -38,7 +38,6 @@ from engine.safe_write import write_atomic
 
 CONTEXT_TOKENS = 32  # the short context every verify starts from
 SCHEMA = 2  # 2: draft time per block length
-GREEDY = Sampler(SamplingSettings())
 
 
 @dataclass
@@ -100,7 +99,7 @@ def _draft_once(pair: LoadedPair, ids: mx.array, block: int) -> float:
     mx.eval(drafter(embedded, context[:, :-block], dcache, ids.shape[0] - block), [c.state for c in dcache])
     t0 = time.perf_counter()
     hidden = drafter(embedded, context[:, -block:], dcache, ids.shape[0])
-    mx.eval(propose(drafter, head, hidden[0, 1:], int(ids[-1]), GREEDY).drafts)  # DFlash2: its selector too
+    mx.eval(propose(drafter, head, hidden[0, 1:], int(ids[-1]), Sampler(SamplingSettings())).drafts)  # DFlash2: its selector too
     return time.perf_counter() - t0
 
 

@@ -202,7 +202,8 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         raise CheckpointError(
             f"{path}: 'layer_types' has sliding layers but 'sliding_window' is missing or < 2."
         )
-    architecture, selector = drafter_generation(raw, dflash, path, hidden, vocab_size=_field(raw, path, "vocab_size", int))
+    vocab_size = _positive(path, "vocab_size", _field(raw, path, "vocab_size", int))
+    architecture, selector = drafter_generation(raw, dflash, path, hidden, vocab_size)
     is_causal = raw.get("is_causal")
     if is_causal is not None and not isinstance(is_causal, bool):
         raise CheckpointError(f"{path}: 'is_causal' must be true or false.")
@@ -217,7 +218,7 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         head_dim=head_dim,
         intermediate_size=_positive(path, "intermediate_size", _field(raw, path, "intermediate_size", int)),
         rms_norm_eps=_positive(path, "rms_norm_eps", raw.get("rms_norm_eps", 1e-6), float),
-        vocab_size=_positive(path, "vocab_size", _field(raw, path, "vocab_size", int)),
+        vocab_size=vocab_size,
         block_size=block_size,
         mask_token_id=mask_id,
         target_layer_ids=list(tap_ids),
