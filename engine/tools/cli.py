@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Callable, Optional
 
@@ -363,6 +364,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
         if args.debug:
             traceback.print_exc()
         _say(_error_line(args, exc))  # one line, always
+        _let_root_report(args, exc)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted.", file=sys.stderr)
@@ -374,6 +376,19 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
             watchdog.stop()
             distributed.arm(None)
             signal.signal(signal.SIGTERM, sigterm)
+
+
+ROOT_REPORT_GRACE_S = 30.0
+
+
+def _let_root_report(args: argparse.Namespace, exc: BaseException) -> None:
+    """A silent rank waits (for mlx.launch's SIGTERM once rank 0 has failed too) before it exits.
+
+    Every rank meets the same refusal, but the first to exit makes mlx.launch stop the rest: had
+    rank 1 exited first, rank 0 would be stopped before printing the reason."""
+    ranks = getattr(args, "ranks", distributed.SINGLE)
+    if ranks.sharded and not ranks.root and not distributed.peer_lost(exc):
+        time.sleep(ROOT_REPORT_GRACE_S)  # the SIGTERM handler exits at once; this only bounds the wait
 
 
 def _unexpected(args: argparse.Namespace, exc: BaseException) -> int:
