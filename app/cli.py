@@ -12,7 +12,8 @@ import sys
 from typing import Optional
 
 from engine.decode.settings import DEFAULTS
-from engine.tools.cli import COMMANDS, run_command
+from engine.tools.cli import COMMANDS
+from engine.tools.cli_run import run_command
 from engine.tools.cli_parser import build_parser
 from engine.training.cli import add_parser as add_train_parser
 from engine.training.cli import cmd_train_drafter

@@ -176,7 +176,7 @@ def _rank_job(handler_body: str) -> str:
         import os, sys, time
         import mlx.core as mx
         from engine.runtime import distributed
-        from engine.tools.cli import run_command
+        from engine.tools.cli_run import run_command
 
         class Args:
             command = "generate"

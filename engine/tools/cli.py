@@ -10,15 +10,9 @@ these; `python -m engine.tools.cli` runs the engine's own commands without Qt.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import json
-import os
-import signal
 import sys
-import time
-import traceback
-from typing import Callable, Optional
+from typing import Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.settings import DEFAULTS
@@ -26,9 +20,9 @@ from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes
 from engine.tools.cli_parser import build_parser
+from engine.tools.cli_run import EXIT_ERROR, run_command
 
 SAMPLING = DEFAULTS.sampling
-EXIT_ERROR = 2
 
 
 def _pair_args(args) -> tuple[str, Optional[str]]:
@@ -285,117 +279,6 @@ COMMANDS = {
     "calibrate": cmd_calibrate,
     "demo": cmd_demo,
 }
-
-
-# Commands that run across the ranks of an `mlx.launch` job.
-SHARDABLE = ("generate", "parity", "bench", "calibrate")
-
-
-def _join(args: argparse.Namespace) -> Optional[distributed.Watchdog]:
-    """Under `mlx.launch`: join the group (args.ranks), arm a watchdog, make SIGTERM say why."""
-    if distributed.launched_backend() is None:
-        return None
-    if args.command not in SHARDABLE:
-        raise DFlashError(f"`{args.command}` runs in one process; under mlx.launch run one of "
-                          f"{', '.join(SHARDABLE)}.")
-    args.ranks = distributed.join()
-    if not args.ranks.sharded:
-        return None
-    watchdog = distributed.Watchdog(args.ranks.rank)
-    watchdog.expect(distributed.LOAD_TIMEOUT_S, "loading the models")
-    distributed.arm(watchdog)
-
-    def terminated(signum, frame) -> None:
-        # mlx.launch ends the other ranks when one fails; rank 0 still says why, once.
-        if args.ranks.root:
-            _say("error: stopped by mlx.launch because another rank failed (see its \"Node with rank N "
-                 "exited\" lines).")
-        os._exit(EXIT_ERROR)
-
-    signal.signal(signal.SIGTERM, terminated)
-    return watchdog
-
-
-_SPOKE = False  # this command printed its error line already
-
-
-def _say(line: Optional[str]) -> None:
-    """Print an error line, at most one per command (a SIGTERM during a sharded run must not add a second)."""
-    global _SPOKE
-    if line and not _SPOKE:
-        _SPOKE = True
-        print(line, file=sys.stderr, flush=True)
-
-
-def _error_line(args: argparse.Namespace, exc: BaseException) -> Optional[str]:
-    """The one line this rank prints for `exc`, or None where rank 0 speaks for the job."""
-    ranks = getattr(args, "ranks", distributed.SINGLE)
-    text = " ".join(str(exc).split())
-    if not ranks.sharded:
-        return f"error: {text}"
-    if not ranks.root:
-        return None  # every rank meets the same inputs; rank 0 speaks for the job
-    if distributed.peer_lost(exc):
-        return ("error: lost the connection to another rank (it stopped, or the link dropped); to see why, "
-                "run the same command on that host without mlx.launch.")
-    return f"error: {text}"
-
-
-def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                handlers: dict[str, Callable[[argparse.Namespace], int]]) -> int:
-    """Run the chosen handler; a DFlashError is one line and exit 2, a bug one line unless --debug."""
-    global _SPOKE
-    handler = handlers.get(args.command)
-    watchdog = None
-    sigterm = signal.getsignal(signal.SIGTERM)  # _join replaces it for a sharded run
-    _SPOKE = False  # one error line per command (tests and embedders run many in one process)
-    try:
-        if handler is None:
-            parser.print_help()
-            return 0
-        watchdog = _join(args)
-        if watchdog is None or args.ranks.root:
-            return handler(args)
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            return handler(args)  # rank 0 prints (and reports progress) for the job
-    except (DFlashError, RuntimeError) as exc:
-        if not isinstance(exc, DFlashError) and not distributed.peer_lost(exc):
-            return _unexpected(args, exc)
-        if args.debug:
-            traceback.print_exc()
-        _say(_error_line(args, exc))  # one line, always
-        _let_root_report(args, exc)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("error: interrupted.", file=sys.stderr)
-        return 130
-    except Exception as exc:  # an engine bug, not user input: still one line unless --debug
-        return _unexpected(args, exc)
-    finally:
-        if watchdog is not None:
-            watchdog.stop()
-            distributed.arm(None)
-            signal.signal(signal.SIGTERM, sigterm)
-
-
-ROOT_REPORT_GRACE_S = 30.0
-
-
-def _let_root_report(args: argparse.Namespace, exc: BaseException) -> None:
-    """A silent rank waits (for mlx.launch's SIGTERM once rank 0 has failed too) before it exits.
-
-    Every rank meets the same refusal, but the first to exit makes mlx.launch stop the rest: had
-    rank 1 exited first, rank 0 would be stopped before printing the reason."""
-    ranks = getattr(args, "ranks", distributed.SINGLE)
-    if ranks.sharded and not ranks.root and not distributed.peer_lost(exc):
-        time.sleep(ROOT_REPORT_GRACE_S)  # the SIGTERM handler exits at once; this only bounds the wait
-
-
-def _unexpected(args: argparse.Namespace, exc: BaseException) -> int:
-    if args.debug:
-        traceback.print_exc()
-    print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
-    return EXIT_ERROR
 
 
 def main(argv: Optional[list[str]] = None) -> int:
