@@ -1,7 +1,7 @@
 """Custom MLX kernels, each with a pure-MLX reference, dispatched by device.
 
 gated_delta: the GatedDeltaNet recurrence with a per-step tape, tape replay and
-re-run (reference on the CPU, Metal via mx.fast.metal_kernel, CUDA via
+re-run (on the CPU the reference and a closed-form chunked pass, Metal via mx.fast.metal_kernel, CUDA via
 mx.fast.cuda_kernel).
 """
 

@@ -1,9 +1,11 @@
 """Gated delta with tape, tape replay and re-run: one entry point each, dispatched by device.
 
-`impl` picks an implementation explicitly ("reference", "metal", "cuda"); by
-default the GPU kernel of the running backend is used where its shape
+`impl` picks an implementation explicitly ("reference", "chunked", "metal", "cuda");
+by default the GPU kernel of the running backend is used where its shape
 requirements hold (Dk a multiple of 32, one gate per head, fp32 state, as
-mlx-lm's own kernel), and the pure-MLX reference everywhere else.
+mlx-lm's own kernel). On the CPU, a pass over several tokens (a verify, a prefill)
+with one gate per head runs the closed-form chunked pass (gated_delta_chunked.py),
+single steps and everything else the pure-MLX reference.
 
 Before a GPU kernel is first chosen by default, it runs a small problem against the
 reference (`kernel_self_check`); a kernel that fails to build, disagrees with the
@@ -18,9 +20,10 @@ from typing import Optional
 
 import mlx.core as mx
 
+from kernels.gated_delta_chunked import gated_delta_tape_chunked
 from kernels.gated_delta_ref import gated_delta_rerun_ref, gated_delta_tape_ref, tape_replay_ref
 
-IMPLEMENTATIONS = ("reference", "metal", "cuda")
+IMPLEMENTATIONS = ("reference", "chunked", "metal", "cuda")
 SELF_CHECK_ATOL = 1e-4  # fp32; the kernels reduce in another order than the reference (see the tests)
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,18 @@ def gpu_backend() -> Optional[str]:
 def _kernel_fits(k: mx.array, g: mx.array, state: mx.array) -> bool:
     dk = k.shape[-1]
     return dk >= 32 and dk % 32 == 0 and g.ndim == 3 and state.dtype == mx.float32
+
+
+def _chunked_fits(k: mx.array, g: mx.array) -> bool:
+    """Several tokens, one gate per head, on the CPU (its triangular solve runs on the CPU only)."""
+    return k.shape[1] > 1 and g.ndim == 3 and mx.default_device() == mx.cpu
+
+
+def tape_implementation(k: mx.array, g: mx.array, state: mx.array, impl: Optional[str] = None) -> str:
+    """The implementation gated_delta_tape runs for these inputs: select's, or on the CPU the
+    chunked pass for several tokens with one gate per head."""
+    which = select(k, g, state, impl)
+    return "chunked" if which == "reference" and impl is None and _chunked_fits(k, g) else which
 
 
 def select(k: mx.array, g: mx.array, state: mx.array, impl: Optional[str] = None) -> str:
@@ -77,7 +92,7 @@ def kernel_status() -> str:
     """Which gated-delta implementation runs here, for doctor."""
     backend = gpu_backend()
     if backend is None:
-        return "reference (pure MLX; no GPU backend)"
+        return "chunked closed form for verifies and prefills, reference for single steps (pure MLX; no GPU backend)"
     problem = kernel_self_check(backend)
     if problem is None:
         return f"{backend} kernels (self-check against the reference passed)"
@@ -131,7 +146,9 @@ def gated_delta_tape(
     """
     if state is None:
         state = _zeros_state(q, v)
-    which = select(k, g, state, impl)
+    which = tape_implementation(k, g, state, impl)
+    if which == "chunked":
+        return gated_delta_tape_chunked(q, k, v, g, beta, state)
     if which == "metal":
         from kernels.gated_delta_metal import gated_delta_tape_metal
 

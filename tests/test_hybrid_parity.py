@@ -126,8 +126,11 @@ def test_ar_equals_mlx_lm_generate(hybrid_dirs):
         assert ours.token_ids == theirs[: len(ours.token_ids)], kind
 
 
-def test_taps_compose_with_taped_layers(hybrid_dirs):
-    """Tapped decoder layers holding taped GatedDeltaNet mixers give the same taps and logits as untouched ones."""
+def test_taps_compose_with_taped_layers(hybrid_dirs, monkeypatch):
+    """Tapped decoder layers holding taped GatedDeltaNet mixers give the same taps and logits as untouched
+    ones: bit for bit through the stepwise reference (mlx-lm's own arithmetic), to rounding through the
+    CPU's chunked pass, which the prefill takes by default."""
+    import kernels.gated_delta as gd
     from engine.models.gdn_tape import gdn_layers, instrument, is_instrumented, uninstrument
 
     target, drafter = hybrid_dirs["qwen3_5"]
@@ -140,10 +143,15 @@ def test_taps_compose_with_taped_layers(hybrid_dirs):
     assert not any(is_instrumented(m) for _, m in gdn_layers(plain.target))
     ids = encode_prompt(taped.tokenizer, PROMPTS[0], chat=False)
     with mx.stream(STREAM):
-        logits_a, taps_a = prefill(taped, make_target_cache(taped.target), ids, record_taps=True)
         logits_b, taps_b = prefill(plain, make_target_cache(plain.target), ids, record_taps=True)
+        logits_c, taps_c = prefill(taped, make_target_cache(taped.target), ids, record_taps=True)
+        monkeypatch.setattr(gd, "_chunked_fits", lambda k, g: False)
+        logits_a, taps_a = prefill(taped, make_target_cache(taped.target), ids, record_taps=True)
         assert mx.array_equal(taps_a, taps_b).item()
         assert mx.array_equal(logits_a, logits_b).item()
+        assert not mx.array_equal(taps_c, taps_b).item()  # the chunked pass ran (it rounds otherwise)
+        assert mx.allclose(taps_c, taps_b, atol=1e-4, rtol=1e-4).item()
+        assert mx.allclose(logits_c, logits_b, atol=1e-4, rtol=1e-4).item()
 
 
 def test_doctor_and_facts_name_the_rollback(hybrid_dirs, hybrid_pairs, qwen3_tied_dirs):

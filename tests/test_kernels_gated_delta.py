@@ -1,9 +1,12 @@
 """Gated delta with tape, tape replay and re-run: every available implementation against the reference.
 
-The contract that keeps greedy DFlash equal to greedy AR on hybrid targets:
-a multi-step call is bit-identical to the same steps taken one at a time, and
-replaying (or re-running) the first n steps from the tape restores, bit for bit,
-the state the forward passed through after n steps.
+The reference and the GPU kernels keep a strict contract: a multi-step call is
+bit-identical to the same steps taken one at a time, and replaying (or re-running) the
+first n steps from the tape restores, bit for bit, the state the forward passed
+through after n steps. The CPU's chunked pass (closed form, for verifies and
+prefills) keeps it to rounding only, as a dense target's verify matmuls do: greedy
+DFlash then equals greedy AR except at floating-point near-ties, which parity locates
+and measures.
 """
 
 import mlx.core as mx
@@ -12,6 +15,7 @@ from mlx_lm.models.gated_delta import compute_g, gated_delta_ops
 
 import engine  # noqa: F401  (optimised BLAS before MLX work)
 from kernels import gated_delta_rerun, gated_delta_tape, gpu_backend, select, tape_replay
+from kernels.gated_delta import tape_implementation
 
 HAS_METAL = mx.metal.is_available()
 HAS_CUDA = mx.cuda.is_available()
@@ -92,6 +96,56 @@ def test_dispatch_uses_the_reference_on_the_cpu_and_for_shapes_kernels_do_not_ta
     assert select(k, g, state) == expected
     with pytest.raises(ValueError, match="implementation"):
         select(k, g, state, impl="vulkan")
+
+
+# ---- the chunked pass, on the CPU ----------------------------------------------------------------------
+
+
+def close(a, b, atol=1e-5) -> bool:
+    a, b = a.astype(mx.float32), b.astype(mx.float32)
+    return a.shape == b.shape and mx.allclose(a, b, atol=atol, rtol=atol).item()
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+@pytest.mark.parametrize("shape", [dict(T=2), dict(T=16, Dk=64, Dv=32), dict(B=2, T=150, Hk=1, Hv=3, Dk=32, Dv=8)])
+def test_chunked_pass_is_the_recurrence_to_rounding(dtype, shape):
+    """Short verifies, a full block, and a prefill longer than one chunk (150 > 64 tokens)."""
+    q, k, v, g, beta, state = inputs(dtype=dtype, **shape)
+    with mx.stream(mx.cpu):
+        y, final, delta = gated_delta_tape(q, k, v, g, beta, state, impl="chunked")
+        y_ref, final_ref, delta_ref = gated_delta_tape(q, k, v, g, beta, state, impl="reference")
+        assert y.dtype == q.dtype and final.dtype == delta.dtype == mx.float32
+        assert close(y, y_ref, atol=GPU_ATOL[dtype]) and close(final, final_ref) and close(delta, delta_ref)
+        # its tape rolls back as the reference's does: replay and re-run of n steps land where n steps lead
+        T = q.shape[1]
+        for n in sorted({1, 2, T // 2, T}):
+            after_n = gated_delta_tape(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], state, impl="reference")[1]
+            assert close(tape_replay(state, k[:, :n], g[:, :n], delta[:, :n]), after_n, atol=1e-4), n
+        assert not mx.array_equal(delta, delta_ref).item()  # a different computation, not the reference again
+
+
+def test_chunked_pass_survives_a_gate_of_zero():
+    """A gate of 0 forgets the state; the decay ratios must stay finite (no inf - inf)."""
+    q, k, v, g, beta, state = inputs(T=8)
+    g = mx.where(mx.arange(8)[None, :, None] == 3, 0.0, g)
+    with mx.stream(mx.cpu):
+        got = gated_delta_tape(q, k, v, g, beta, state, impl="chunked")
+        want = gated_delta_tape(q, k, v, g, beta, state, impl="reference")
+    assert all(mx.isfinite(x).all().item() for x in got)
+    assert all(close(a, b) for a, b in zip(got, want))
+
+
+@pytest.mark.skipif(mx.default_device() != mx.cpu, reason="the chunked pass is the CPU's default")
+def test_on_the_cpu_several_tokens_take_the_chunked_pass_and_single_steps_the_reference():
+    q, k, v, g, beta, state = inputs(T=16)
+    assert tape_implementation(k, g, state) == "chunked"
+    assert equal(gated_delta_tape(q, k, v, g, beta, state)[2], gated_delta_tape(q, k, v, g, beta, state, impl="chunked")[2])
+    assert tape_implementation(k[:, :1], g[:, :1], state) == "reference"  # AR steps: mlx-lm's arithmetic
+    one = [x[:, :1] for x in (q, k, v, g, beta)]
+    assert equal(gated_delta_tape(*one, state)[1], gated_delta_ops(*one, state)[1])
+    q, k, v, g, beta, state = inputs(T=16, vector_gate=True)
+    assert tape_implementation(k, g, state) == "reference"  # one gate per key channel: stepwise only
+    assert tape_implementation(k, g, state, impl="reference") == "reference"
 
 
 # ---- GPU kernels --------------------------------------------------------------------------------------

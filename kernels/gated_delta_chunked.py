@@ -1,0 +1,82 @@
+"""The gated delta rule over T steps in closed form, chunk by chunk: for CPU verifies and prefills.
+
+The reference steps through T tokens one at a time (a few small kernels per step),
+so on the CPU a 16-token verify costs about sixteen single steps. Unrolled, the
+innovations of a chunk solve one unit lower-triangular system per head:
+
+    G_t    = g_1 ... g_t                                   (cumulative decay)
+    delta_t = beta_t (v_t - G_t S_0 k_t - sum_{i<t} (G_t / G_i) (k_t . k_i) delta_i)
+    y_t    = G_t S_0 q_t + sum_{i<=t} (G_t / G_i) (q_t . k_i) delta_i
+
+    S_T    = G_T S_0 + sum_i (G_T / G_i) delta_i k_i^T
+
+a handful of batched matmuls and one triangular solve, whatever T. All of it rounds
+differently from single steps: the innovations (the tape), y, and the final state, which
+tape replay of the whole chunk reproduces to rounding, not bit for bit as it does the
+reference's. Parity against AR treats that as any other floating-point difference (the
+verify's matmuls round differently from AR's too). One gate per head only (g: [B, T, Hv]).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+
+from kernels.gated_delta_ref import _per_value_head
+
+CHUNK = 64  # the triangular system is CHUNK x CHUNK per head
+LOG_FLOOR = -80.0  # a gate of 0 decays to exp(-80) ~ 1e-35, so ratios of decays stay finite
+
+
+def _chunk(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+) -> tuple[mx.array, mx.array, mx.array]:
+    """(y [B, Hv, T, Dv], delta [B, Hv, T, Dv], final state [B, Hv, Dv, Dk]), all fp32, for one
+    chunk; inputs head-major fp32."""
+    T = k.shape[2]
+    log_decay = mx.cumsum(mx.maximum(mx.log(g), LOG_FLOOR), axis=-1)  # [B, H, T]
+    lower = mx.tril(mx.ones((T, T), dtype=mx.bool_))
+    diff = log_decay[..., :, None] - log_decay[..., None, :]
+    ratio = mx.exp(mx.where(lower, diff, -mx.inf))  # G_t / G_i for i <= t, else 0
+    decay = mx.exp(log_decay)[..., None]
+    kt = mx.swapaxes(k, -1, -2)
+    s_t = mx.swapaxes(state, -1, -2)  # [B, H, Dk, Dv]
+    strict = ratio * mx.tril(mx.ones((T, T)), -1)
+    system = mx.eye(T) + beta[..., None] * strict * (k @ kt)
+    rhs = beta[..., None] * (v - decay * (k @ s_t))
+    delta = mx.linalg.solve_triangular(system, rhs, upper=False, stream=mx.cpu)
+    y = decay * (q @ s_t) + (ratio * (q @ kt)) @ delta
+    to_end = ratio[..., -1, :, None]  # G_T / G_i
+    state = decay[..., -1:, :] * state + mx.swapaxes(to_end * delta, -1, -2) @ k
+    return y, delta, state
+
+
+def gated_delta_tape_chunked(
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    g: mx.array,
+    beta: mx.array,
+    state: Optional[mx.array] = None,
+) -> tuple[mx.array, mx.array, mx.array]:
+    """As gated_delta_tape_ref: (y in q's dtype, final state, delta fp32); g: [B, T, Hv]."""
+    B, T, _, Dk = q.shape
+    Hv, Dv = v.shape[-2:]
+    if state is None:
+        state = mx.zeros((B, Hv, Dv, Dk), dtype=mx.float32)
+    q, k = _per_value_head(q, Hv), _per_value_head(k, Hv)
+
+    def heads(x: mx.array) -> mx.array:  # [B, T, H, ...] -> [B, H, T, ...] fp32
+        return mx.moveaxis(x.astype(mx.float32), 1, 2)
+
+    ys, deltas = [], []
+    for start in range(0, T, CHUNK):
+        part = slice(start, min(start + CHUNK, T))
+        y, delta, state = _chunk(heads(q[:, part]), heads(k[:, part]), heads(v[:, part]), heads(g[:, part]),
+                          heads(beta[:, part]), state)
+        delta = mx.moveaxis(delta, 2, 1)  # [B, t, H, Dv]
+        ys.append(mx.moveaxis(y, 2, 1).astype(q.dtype))
+        deltas.append(delta)
+    join = (lambda xs: mx.concatenate(xs, axis=1)) if len(ys) > 1 else (lambda xs: xs[0])
+    return join(ys), state, join(deltas)
