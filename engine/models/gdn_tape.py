@@ -3,9 +3,9 @@
 Each GatedDeltaNet mixer instance gets its class swapped for a subclass (the
 technique engine/models/taps.py uses for taps, engine/models/layer_swap.py; mlx-lm's files are not edited and
 weights keep their names). The subclass runs the same layer, with the
-recurrence going through `kernels.gated_delta_tape`, so single steps (AR
-decoding, prefill) and multi-step verify blocks share one implementation and
-one sequential arithmetic. Inside `recording(tapes)` (the rollback opens it around a
+recurrence going through `kernels.gated_delta_tape`: single steps (AR decoding)
+take the stepwise reference (mlx-lm's arithmetic), multi-token blocks (prefill,
+verify) the GPU kernel, or on the CPU the closed-form chunked pass. Inside `recording(tapes)` (the rollback opens it around a
 verify), a layer whose cache has a tape there also records what a rollback needs: the state and conv inputs before the block,
 and per step k_t, g_t and the innovation delta_t (fp32).
 
