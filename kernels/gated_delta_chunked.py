@@ -29,6 +29,20 @@ CHUNK = 64  # the triangular system is CHUNK x CHUNK per head
 LOG_FLOOR = -80.0  # a gate of 0 decays to exp(-80) ~ 1e-35, so ratios of decays stay finite
 
 
+@mx.custom_function
+def unit_lower_solve(system: mx.array, rhs: mx.array) -> mx.array:
+    """system^-1 rhs for lower-triangular systems, differentiable in both (MLX has no VJP for the
+    matrix of its triangular solve), so the chunked pass also trains hybrid models on the CPU."""
+    return mx.linalg.solve_triangular(system, rhs, upper=False, stream=mx.cpu)
+
+
+@unit_lower_solve.vjp
+def _unit_lower_solve_vjp(primals, cotangent, output):
+    system, _ = primals
+    d_rhs = mx.linalg.solve_triangular(mx.swapaxes(system, -1, -2), cotangent, upper=True, stream=mx.cpu)
+    return -mx.tril(d_rhs @ mx.swapaxes(output, -1, -2)), d_rhs
+
+
 def _chunk(
     q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
 ) -> tuple[mx.array, mx.array, mx.array]:
@@ -45,7 +59,7 @@ def _chunk(
     strict = ratio * mx.tril(mx.ones((T, T)), -1)
     system = mx.eye(T) + beta[..., None] * strict * (k @ kt)
     rhs = beta[..., None] * (v - decay * (k @ s_t))
-    delta = mx.linalg.solve_triangular(system, rhs, upper=False, stream=mx.cpu)
+    delta = unit_lower_solve(system, rhs)
     y = decay * (q @ s_t) + (ratio * (q @ kt)) @ delta
     to_end = ratio[..., -1, :, None]  # G_T / G_i
     state = decay[..., -1:, :] * state + mx.swapaxes(to_end * delta, -1, -2) @ k

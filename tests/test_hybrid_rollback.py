@@ -171,3 +171,35 @@ def test_untied_qwen3_5_head_is_borrowed(tokenizer_dir, tmp_path):
     write_hybrid_drafter(tmp_path / "d", target)
     pair = load_pair(target, tmp_path / "d")
     assert pair.head.lm_head is pair.target.language_model.lm_head
+
+
+def test_a_whole_sequence_trains_through_the_chunked_pass(model, monkeypatch):
+    """Without a cache (training, the drafter trainer's target pass) the CPU takes the chunked pass;
+    its loss and gradients are mlx-lm's stepwise ones to rounding."""
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    x = tokens(24, 8)
+    calls = []
+    chunked = gd.gated_delta_tape_chunked
+    monkeypatch.setattr(gd, "gated_delta_tape_chunked", lambda *a: calls.append(1) or chunked(*a))
+
+    def loss_and_grads():
+        loss = lambda m: nn.losses.cross_entropy(m(x[:, :-1]), x[:, 1:], reduction="mean")  # noqa: E731
+        value, grads = nn.value_and_grad(model, loss)(model)
+        return value, dict(tree_flatten(grads))
+
+    model.train()
+    try:
+        uninstrument(model)
+        want, want_grads = loss_and_grads()
+        assert not calls
+        instrument(model)
+        got, got_grads = loss_and_grads()
+    finally:
+        model.eval()
+    assert len(calls) == len(list(gdn_layers(model)))
+    assert mx.allclose(got, want, atol=1e-5, rtol=1e-5).item()
+    assert want_grads.keys() == got_grads.keys()
+    for name, g in want_grads.items():
+        assert mx.allclose(got_grads[name], g, atol=1e-4, rtol=1e-3).item(), name

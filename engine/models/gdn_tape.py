@@ -9,9 +9,11 @@ verify) the GPU kernel, or on the CPU the closed-form chunked pass. Inside `reco
 verify), a layer whose cache has a tape there also records what a rollback needs: the state and conv inputs before the block,
 and per step k_t, g_t and the innovation delta_t (fp32).
 
-Calls this path does not cover (no cache, a padding mask, batched lengths,
-training) go to mlx-lm's own forward unchanged. Tensor-parallel layers (qwen3_5's
-`shard()`) are covered: sharding divides the head counts and dims this forward reads
+Calls this path does not cover (a padding mask, batched lengths, training with a
+cache, and on a GPU any call without a cache) go to mlx-lm's own forward unchanged.
+On the CPU a call without a cache (training, the drafter trainer's target pass) takes
+the chunked pass, which is differentiable, instead of mlx-lm's step-per-token ops.
+Tensor-parallel layers (qwen3_5's `shard()`) are covered: sharding divides the head counts and dims this forward reads
 and slices out_proj, whose partial outputs this forward sums across the ranks as mlx-lm's
 does; mlx-lm's `sum_gradients` is the identity forward.
 """
@@ -129,20 +131,18 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
 
 
 def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
-    return (
-        cache is not None
-        and mask is None
-        and getattr(cache, "lengths", None) is None
-        and getattr(cache, "left_padding", None) is None
-        and not layer.training
-    )
+    if mask is not None:
+        return False
+    if cache is None:  # a whole sequence (training, the trainer's target pass): the chunked pass on the CPU
+        return mx.default_device() == mx.cpu
+    return getattr(cache, "lengths", None) is None and getattr(cache, "left_padding", None) is None and not layer.training
 
 
 def _taped_call(cls: type):
     def __call__(self, inputs, mask=None, cache=None):
         if not _covered(self, mask, cache):
             return cls.__call__(self, inputs, mask, cache)
-        return taped_forward(self, inputs, cache)
+        return taped_forward(self, inputs, ArraysCache(size=2) if cache is None else cache)
 
     return __call__
 
