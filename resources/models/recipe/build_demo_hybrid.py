@@ -2,19 +2,27 @@
 
 Stages (each resumable, fixed seeds):
 1. target: same corpus and tokenizer recipe as the dense demo target (corpus.py,
-   build_demo_target.prepare_data), a `qwen3_5` model from mlx-lm (layers 0-2
-   GatedDeltaNet, layer 3 full attention), next-token cross-entropy, checkpoints
-   in --run-dir; written as an mlx-lm folder with a model card.
+   build_demo_target.prepare_data), a `qwen3_5` model from mlx-lm (three GatedDeltaNet
+   layers to one full-attention layer), next-token cross-entropy, checkpoints in
+   --run-dir; written as an mlx-lm folder with a model card.
 2. drafter: build_demo_drafter.py on that target (engine.training's DrafterTrainer).
 3. bench: AR vs DFlash with tape replay and with re-run rollback, into the card.
 
-The GatedDeltaNet heads use Dk = Dv = 64, a multiple of 32, so on a Mac the Metal
-kernels in kernels/ run the recurrence and the tape replay.
+Deep and narrow (24 layers of width 128, as the dense demo target) because on a CPU
+one decoding step of a small model is mostly per-layer overhead, which a 16-token
+verify pays once: a round then costs about 1.5 AR steps, where the earlier 4-layer,
+width-256 target's cost 3.5 and no drafter could win. The GatedDeltaNet heads use
+Dk = Dv = 32, a multiple of 32, so on a Mac the Metal kernels in kernels/ run the
+recurrence and the tape replay.
+
+The shipped pair (resources/models/demo-hybrid-*) was built with the earlier defaults:
+--hidden-size 256 --layers 4 --head-dim 64 --linear-head-dim 64 --intermediate-size 768
+--steps 500 --taps 1,2,3.
 
     python resources/models/recipe/build_demo_hybrid.py --stage all
     python resources/models/recipe/build_demo_hybrid.py --stage target --resume   # after an interruption
 
-Cost: about an hour of a 2-core Linux CPU for the default sizes. The target's
+Cost: several hours of a 2-core Linux CPU for the default sizes (resumable). The target's
 GatedDeltaNet layers train through the engine's chunked pass on the CPU (one triangular
 solve per head and chunk, instead of mlx-lm's one step per token).
 """
@@ -60,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--run-dir", default=str(REPO / "runs/demo-hybrid-target"))
     ap.add_argument("--drafter-run-dir", default=str(REPO / "runs/demo-hybrid-drafter"))
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --run-dir")
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1.5e-3)
@@ -75,16 +83,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--split", choices=("gpt2", "qwen2"), default="gpt2",
                     help="tokenizer pre-split (see build_demo_target.py); the shipped pair uses gpt2")
-    ap.add_argument("--hidden-size", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden-size", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--full-attention-interval", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--linear-key-heads", type=int, default=2)
     ap.add_argument("--linear-value-heads", type=int, default=4)
-    ap.add_argument("--linear-head-dim", type=int, default=64)
-    ap.add_argument("--intermediate-size", type=int, default=768)
+    ap.add_argument("--linear-head-dim", type=int, default=32)
+    ap.add_argument("--intermediate-size", type=int, default=384)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--max-position-embeddings", type=int, default=2048)
     # drafter and bench
@@ -94,7 +102,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--drafter-steps", type=int, default=400)
     ap.add_argument("--drafter-distill", type=int, default=600, help="greedy continuations the drafter trains on")
     ap.add_argument("--drafter-anchors", type=int, default=32)
-    ap.add_argument("--taps", default="1,2,3", help="target layers the drafter reads (GatedDeltaNet and attention)")
+    ap.add_argument("--taps", default="1,6,12,17,22", help="target layers the drafter reads (GatedDeltaNet and attention)")
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     return ap.parse_args(argv)
