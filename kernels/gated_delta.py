@@ -165,8 +165,9 @@ def tape_replay(
 ) -> mx.array:
     """The state after the taped steps: S_t = g_t * S_{t-1} + k_t (x) delta_t, t = 1..T.
 
-    Bit-identical to the state `gated_delta_tape` reached after the same T steps
-    on the same implementation.
+    Bit-identical to the state a stepwise `gated_delta_tape` (the reference, a GPU kernel)
+    reached after the same T steps on the same implementation; equal to rounding after
+    the CPU's chunked pass, whose innovations it replays with the reference.
     """
     which = select(k, g, state, impl)
     if which == "metal":

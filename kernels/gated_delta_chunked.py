@@ -19,6 +19,7 @@ verify's matmuls round differently from AR's too). One gate per head only (g: [B
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import mlx.core as mx
@@ -26,7 +27,7 @@ import mlx.core as mx
 from kernels.gated_delta_ref import _per_value_head
 
 CHUNK = 64  # the triangular system is CHUNK x CHUNK per head
-LOG_FLOOR = -80.0  # a gate of 0 decays to exp(-80) ~ 1e-35, so ratios of decays stay finite
+GATE_FLOOR = math.exp(-80.0)  # a gate of 0 decays by ~1e-35, so ratios of decays (and gradients) stay finite
 
 
 @mx.custom_function
@@ -49,7 +50,7 @@ def _chunk(
     """(y [B, Hv, T, Dv], delta [B, Hv, T, Dv], final state [B, Hv, Dv, Dk]), all fp32, for one
     chunk; inputs head-major fp32."""
     T = k.shape[2]
-    log_decay = mx.cumsum(mx.maximum(mx.log(g), LOG_FLOOR), axis=-1)  # [B, H, T]
+    log_decay = mx.cumsum(mx.log(mx.maximum(g, GATE_FLOOR)), axis=-1)  # [B, H, T]; floor before log: finite gradients at g = 0
     lower = mx.tril(mx.ones((T, T), dtype=mx.bool_))
     diff = log_decay[..., :, None] - log_decay[..., None, :]
     ratio = mx.exp(mx.where(lower, diff, -mx.inf))  # G_t / G_i for i <= t, else 0

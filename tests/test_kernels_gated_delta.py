@@ -135,6 +135,23 @@ def test_chunked_pass_survives_a_gate_of_zero():
     assert all(close(a, b) for a, b in zip(got, want))
 
 
+def test_chunked_pass_has_finite_gradients_at_a_gate_of_zero():
+    """exp(A) * softplus(a + dt_bias) above ~87 makes a gate exactly 0 in fp32; one NaN gradient
+    would ruin a training run (clip_grad_norm does not stop NaN)."""
+    q, k, v, g, beta, state = inputs(T=8)
+    g = mx.where(mx.arange(8)[None, :, None] == 3, 0.0, g)
+
+    def loss(g, v, impl):
+        y, final, _ = gated_delta_tape(q, k, v, g, beta, state, impl=impl)
+        return (y * y).sum() + (final * final).sum()
+
+    with mx.stream(mx.cpu):
+        got = mx.grad(loss, argnums=(0, 1))(g, v, "chunked")
+        want = mx.grad(loss, argnums=(0, 1))(g, v, "reference")
+    assert all(mx.isfinite(x).all().item() for x in got)
+    assert close(got[1], want[1], atol=1e-4)
+
+
 @pytest.mark.skipif(mx.default_device() != mx.cpu, reason="the chunked pass is the CPU's default")
 def test_on_the_cpu_several_tokens_take_the_chunked_pass_and_single_steps_the_reference():
     q, k, v, g, beta, state = inputs(T=16)

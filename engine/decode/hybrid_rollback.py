@@ -11,8 +11,10 @@ drafts, each such layer gets back:
   from the taped innovations (no q, v, beta, no reductions);
   "rerun": from the pre-verify state, re-run the full recurrence on the taped
   inputs k, v, g, beta (recomputes each innovation: simpler, slower).
-Both perform the forward's own per-step arithmetic, so they restore the very
-state verify passed through after accepted + 1 tokens, bit for bit. When every
+After a stepwise verify (the reference, the GPU kernels) both perform the forward's
+own per-step arithmetic, so they restore the very state verify passed through after
+accepted + 1 tokens, bit for bit; after the CPU's chunked verify they restore it to
+rounding (the chunked pass never forms the intermediate states). When every
 draft is accepted the caches already hold the right state and nothing runs.
 Attention layers of the same model are trimmed as usual.
 """

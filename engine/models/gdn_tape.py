@@ -134,7 +134,8 @@ def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
     if mask is not None:
         return False
     if cache is None:  # a whole sequence (training, the trainer's target pass): the chunked pass on the CPU
-        return mx.default_device() == mx.cpu
+        # not a sharded layer: mlx-lm's sum_gradients sums its input gradients across ranks
+        return mx.default_device() == mx.cpu and getattr(layer, "sharding_group", None) is None
     return getattr(cache, "lengths", None) is None and getattr(cache, "left_padding", None) is None and not layer.training
 
 
