@@ -20,7 +20,6 @@ verify's matmuls round differently from AR's too). One gate per head only (g: [B
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import mlx.core as mx
 
@@ -73,13 +72,11 @@ def gated_delta_tape_chunked(
     v: mx.array,
     g: mx.array,
     beta: mx.array,
-    state: Optional[mx.array] = None,
+    state: mx.array,
 ) -> tuple[mx.array, mx.array, mx.array]:
-    """As gated_delta_tape_ref: (y in q's dtype, final state, delta fp32); g: [B, T, Hv]."""
-    B, T, _, Dk = q.shape
-    Hv, Dv = v.shape[-2:]
-    if state is None:
-        state = mx.zeros((B, Hv, Dv, Dk), dtype=mx.float32)
+    """As gated_delta_tape_ref: (y in q's dtype, final state, delta fp32); g: [B, T, Hv]. The
+    dispatcher (gated_delta_tape) supplies the zero state when there is none."""
+    T, Hv = q.shape[1], v.shape[-2]
     q, k = _per_value_head(q, Hv), _per_value_head(k, Hv)
 
     def heads(x: mx.array) -> mx.array:  # [B, T, H, ...] -> [B, H, T, ...] fp32
