@@ -94,6 +94,13 @@ def oracle_eos_dirs(models_root, tokenizer_dir, oracle_ids):
 
 
 @pytest.fixture(scope="session")
+def oracle_first_eos_dirs(models_root, tokenizer_dir, oracle_ids):
+    """The oracle pair with its first token declared an EOS token: every output ends at the prefill."""
+    return tm.write_oracle_pair(models_root / "oracle-first-eos", tokenizer_dir, *oracle_ids,
+                                extra_eos=[oracle_ids[0]], name="first-eos")
+
+
+@pytest.fixture(scope="session")
 def alternating_dirs(models_root, tokenizer_dir, oracle_ids):
     """Oracle whose target alternates second/third: each round accepts exactly one draft."""
     return tm.write_oracle_pair(models_root / "alt", tokenizer_dir, *oracle_ids, third=300, name="alt")

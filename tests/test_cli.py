@@ -117,3 +117,20 @@ def test_absurd_settings_refused(qwen3_tied_dirs, capsys, extra, words):
 def test_no_prompt_says_what_to_do(qwen3_tied_dirs, capsys):
     assert cli(["generate", *pair_args(qwen3_tied_dirs)]) == 2
     assert "--prompt" in capsys.readouterr().err
+
+
+def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, tmp_path, capsys):
+    """An output that ends at its first token has no rounds: its speedup is no figure, not a ratio
+    of two prefills, and both tables name the prompt instead of crashing or ranking it worst."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello world"}\n')
+    out = run_json(capsys, ["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw",
+                            "--max-tokens", "8", "--json"])
+    row = out["per_prompt"][0]
+    assert row["rounds"] == 0 and row["speedup"] is None and row["ar_tokens"] == 1
+    assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8"]) == 0
+    assert "1 prompt(s) ended at their first token" in capsys.readouterr().out
+    assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
+                "--block-sizes", "2,auto"]) == 0
+    text = capsys.readouterr().out
+    assert "'hello world'" in text and "ended at their first token" in text

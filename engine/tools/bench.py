@@ -75,6 +75,15 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     return float(last.generation_tps)
 
 
+def no_rounds_note(per_prompt: list[dict]) -> str:
+    """One line naming the prompts whose output ended before DFlash drafted anything ('' if none)."""
+    names = [repr(r["prompt"][:30]) for r in per_prompt if not r["rounds"]]
+    if not names:
+        return ""
+    return (f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
+            f"no speedup: {', '.join(names)}")
+
+
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     df_decode_s = sum(s.decode_s for s in df)
@@ -82,7 +91,10 @@ def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundE
     return {
         "ar_tok_s": round(ar_tok_s, 3),
         "dflash_tok_s": round(df_tok_s, 3),
-        "speedup": round(df_tok_s / ar_tok_s, 4) if ar_tok_s else None,
+        # No rounds (the output ended at its first token): both runs were one prefill, so a ratio
+        # would be noise, not a speedup.
+        "speedup": round(df_tok_s / ar_tok_s, 4) if ar_tok_s and rounds else None,
+        "rounds": len(rounds),
         "mean_acceptance_length": stats.tau,
         "draft_ms": stats.mean_draft_ms,
         "verify_ms": stats.mean_verify_ms,

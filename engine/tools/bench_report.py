@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from engine.tools.bench import no_rounds_note
+
+
+def _say_no_rounds(per_prompt: list[dict]) -> None:
+    note = no_rounds_note(per_prompt)
+    if note:
+        print(note)
+
 
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
@@ -9,6 +17,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
+    _say_no_rounds(result["per_prompt"])
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
@@ -40,9 +49,10 @@ def print_compared(result: dict) -> None:
         figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
                            c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
         print(label.ljust(32) + f"{cells[0]['ar_tok_s']:10.1f}" + figures)
-    worst = [min(d["per_prompt"], key=lambda r: r["speedup"] or 0) for d in drafters]
+    worst = [min((r for r in d["per_prompt"] if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
+             for d in drafters]
     print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
-                                       for n, w in zip(names, worst)))
+                                       for n, w in zip(names, worst) if w is not None))
 
 
 def print_block_sizes(result: dict) -> None:
@@ -50,14 +60,17 @@ def print_block_sizes(result: dict) -> None:
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
     for row in result["per_prompt"]:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + f"{row['ar_tok_s']:10.1f}" + "".join(f"{row['speedup'][n]:10.2f}" for n in names))
+        print(label.ljust(32) + f"{row['ar_tok_s']:10.1f}" + "".join(
+            f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
+    _say_no_rounds(result["per_prompt"])
     print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")
     for n in names:
         o = result["overall"][n]
         pred = f"{o['predicted_speedup']:11.2f}" if o["predicted_speedup"] else "-".rjust(11)
         err = f"{o['error']:+9.1%}" if o["error"] is not None else "-".rjust(9)
         tau = f"{o['tau']:8.2f}" if o["tau"] else "-".rjust(8)
-        print(f"{n:>12}{o['speedup']:10.2f}{pred}{err}{tau}  {o['identical']}")
+        speedup = f"{o['speedup']:10.2f}" if o["speedup"] is not None else "-".rjust(10)
+        print(f"{n:>12}{speedup}{pred}{err}{tau}  {o['identical']}")
     if result["advice"]:
         print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "
               f"best fixed size: {result['advice']['best']}")

@@ -81,10 +81,14 @@ def run_block_sizes(
             for size in sizes:
                 mine[size].append(run_once(pair, ids, _settings_for(settings, size), cancel))
         ar_tok_s = tok_per_s(ar_runs)
+        rounds = {s: sum(len(m[1]) for m in mine[s]) for s in sizes}
         per_prompt.append({
             "prompt": text,
             "ar_tok_s": round(ar_tok_s, 3),
-            "speedup": {str(s): round(tok_per_s([m[0] for m in mine[s]]) / ar_tok_s, 4) for s in sizes},
+            "rounds": min(rounds.values()),
+            # no rounds at a size: the output ended at its first token, and a ratio would be noise
+            "speedup": {str(s): round(tok_per_s([m[0] for m in mine[s]]) / ar_tok_s, 4) if rounds[s] else None
+                        for s in sizes},
             "tau": {str(s): RoundStats.of(r for m in mine[s] for r in m[1]).tau for s in sizes},
         })
         ar_all += ar_runs
@@ -102,8 +106,9 @@ def run_block_sizes(
         if advice is not None:
             predicted = advice.auto_speedup if size == "auto" else (
                 advice.speedup_at(int(size)) if int(size) <= source else None)
+        has_rounds = any(rounds for _, rounds in runs[size])
         overall[str(size)] = {
-            "speedup": round(measured, 4),
+            "speedup": round(measured, 4) if has_rounds else None,
             "predicted_speedup": predicted,
             "error": round(predicted / measured - 1, 4) if predicted else None,
             "tau": RoundStats.of(r for _, rounds in runs[size] for r in rounds).tau,
