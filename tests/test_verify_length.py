@@ -39,6 +39,25 @@ def test_a_drafter_that_never_hits_is_skipped_and_probed_ever_less_often():
     assert gaps and gaps == sorted(gaps) and gaps[0] >= PROBE_FIRST  # probes grow rarer
 
 
+def test_timing_noise_cannot_make_a_longer_verify_look_cheaper():
+    """Measured on a loaded CPU (the v4 demo target): a verify of 3 timed below a verify of 1. Taken
+    as it was, auto kept verifying 2 drafts that were never accepted (French prose, 0.89x AR)."""
+    ms = [18.3955, 20.2106, 16.0056, 18.5407, 23.5957]
+    curve = CostCurve(target="t", device="cpu", blas="x", block=5, repeats=1, ar_step_ms=17.6,
+                      verify_ms=ms, draft_ms=5.2, measured_at=0.0,
+                      draft_by_length_ms=[0.0, 4.3163, 4.5798, 4.2, 5.206])
+    assert curve.verify_ms == sorted(curve.verify_ms) and curve.verify_ms[-1] == ms[-1]
+    assert sum(curve.verify_ms) == pytest.approx(sum(ms), abs=1e-3)  # the fit keeps the mean cost
+    assert curve.draft_by_length_ms[0] == 0.0 and curve.draft_by_length_ms[1:] == sorted(curve.draft_by_length_ms[1:])
+    c = VerifyLengthController(curve, 5)
+    picks = []
+    for _ in range(60):  # a drafter whose first draft lands 1 time in 10
+        k = c.choose(1000)
+        picks.append(k)
+        c.record(k - 1, 1 if len(picks) % 10 == 0 and k > 1 else 0)
+    assert picks[30:].count(1) >= 25, picks
+
+
 def test_it_comes_back_when_acceptance_recovers():
     c = VerifyLengthController(_curve(), 16)
     for _ in range(100):
