@@ -83,6 +83,9 @@ def project_version() -> str:
     return re.search(r'(?m)^version\s*=\s*"([^"]+)"', text).group(1)
 
 
+DEFAULT_DRAFTERS = ("demo-dflash2-drafter",)  # preferred over demo-drafter (engine/models/demo.py)
+
+
 def has_demo_pair(models: Path) -> bool:
     return all((models / name / "config.json").is_file() for name in ("demo-target", "demo-drafter"))
 
@@ -202,6 +205,9 @@ def check_layout(report: Report, bundle: Path) -> None:
         report.add("layout: mlx_cpu.libs/libgfortran-* (engine/runtime/blas.py)", has("mlx_cpu.libs/libgfortran-*"))
     for name in ("demo-target", "demo-drafter"):
         report.add(f"layout: resources/models/{name}/config.json", (base / "resources/models" / name / "config.json").is_file())
+    for name in DEFAULT_DRAFTERS:  # a stand-in pair has none: the app then falls back to demo-drafter
+        report.add(f"layout: resources/models/{name}/config.json (the default drafter)",
+                   (base / "resources/models" / name / "config.json").is_file(), soft=True)
     report.add("layout: recipe scripts left out", not (base / "resources/models/recipe").exists())
     report.add("layout: resources/styles/app.qss", (base / "resources/styles/app.qss").is_file())
     report.add("layout: resources/icons", has("resources/icons/*.svg") or has("resources/icons/*.png"))
@@ -322,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # The same command from the source tree must give the same tokens.
     base = bundle / "_internal" if (bundle / "_internal").is_dir() else bundle
-    pair = [str(base / "resources/models/demo-target"), str(base / "resources/models/demo-drafter")]
+    # The bundle's default drafter, as engine/models/demo.py's demo_pair() picks it: DFlash2 if bundled.
+    drafter = next((n for n in DEFAULT_DRAFTERS if (base / "resources/models" / n / "config.json").is_file()),
+                   "demo-drafter")
+    pair = [str(base / "resources/models/demo-target"), str(base / "resources/models" / drafter)]
     src = subprocess.run([sys.executable, "-m", "engine.tools.cli", *GENERATE, "--target", pair[0], "--drafter", pair[1]],
                          cwd=ROOT, capture_output=True, text=True)
     try:
@@ -338,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         report.add("generate with --target/--drafter folders", proc.returncode == 0, tail(proc) if proc.returncode else "", took)
 
     # Hugging Face ids from the user's cache (offline). First HF_HUB_CACHE, then the default location.
-    ids = (f"{HF_ORG}/demo-target", f"{HF_ORG}/demo-drafter")
+    ids = (f"{HF_ORG}/demo-target", f"{HF_ORG}/{drafter}")
     explicit_hub = scratch / "hf-cache" / "hub"
     for repo_id, folder in zip(ids, pair):
         fake_hf_cache(explicit_hub, repo_id, Path(folder))

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from scipy.stats import chi2_contingency
 
-from engine.decode.cost_curve import CostCurve
+from engine.decode.cost_curve import CostCurve, fitted
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import SamplingSettings
 from engine.decode.verify_length import PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
@@ -43,9 +43,9 @@ def test_timing_noise_cannot_make_a_longer_verify_look_cheaper():
     """Measured on a loaded CPU (the v4 demo target): a verify of 3 timed below a verify of 1. Taken
     as it was, auto kept verifying 2 drafts that were never accepted (French prose, 0.89x AR)."""
     ms = [18.3955, 20.2106, 16.0056, 18.5407, 23.5957]
-    curve = CostCurve(target="t", device="cpu", blas="x", block=5, repeats=1, ar_step_ms=17.6,
-                      verify_ms=ms, draft_ms=5.2, measured_at=0.0,
-                      draft_by_length_ms=[0.0, 4.3163, 4.5798, 4.2, 5.206])
+    curve = fitted(CostCurve(target="t", device="cpu", blas="x", block=5, repeats=1, ar_step_ms=17.6,
+                             verify_ms=ms, draft_ms=5.2, measured_at=0.0,
+                             draft_by_length_ms=[0.0, 4.3163, 4.5798, 4.2, 5.206]))
     assert curve.verify_ms == sorted(curve.verify_ms) and curve.verify_ms[-1] == ms[-1]
     assert sum(curve.verify_ms) == pytest.approx(sum(ms), abs=1e-3)  # the fit keeps the mean cost
     assert curve.draft_by_length_ms[0] == 0.0 and curve.draft_by_length_ms[1:] == sorted(curve.draft_by_length_ms[1:])

@@ -55,16 +55,6 @@ class CostCurve:
     # draft_by_length_ms[L - 1]: drafting a block of L (a fixed block size L drafts only L); [0] is 0
     draft_by_length_ms: Optional[list[float]] = None
 
-    def __post_init__(self):
-        # Timing noise must not make a longer verify (or draft) look cheaper than a shorter one:
-        # auto then kept verifying 2 drafts at 0 accepted on a prompt where plain steps paid
-        # (a measured verify of 3 at 16.0 ms, of 1 at 18.4 ms). Work grows with length, so the
-        # curve is the nearest non-decreasing one.
-        self.verify_ms = non_decreasing(self.verify_ms)
-        if self.draft_by_length_ms:
-            self.draft_by_length_ms = [self.draft_by_length_ms[0]] + non_decreasing(self.draft_by_length_ms[1:])
-            self.draft_ms = self.draft_by_length_ms[-1]  # the whole block's draft, on the same fit
-
     def verify_in_ar_steps(self) -> list[float]:
         return [round(v / self.ar_step_ms, 3) for v in self.verify_ms]
 
@@ -76,6 +66,18 @@ class CostCurve:
         if whole_block or not self.draft_by_length_ms:
             return self.verify_ms[length - 1] + (self.draft_ms or 0.0)
         return self.verify_ms[length - 1] + self.draft_by_length_ms[length - 1]
+
+
+def fitted(curve: CostCurve) -> CostCurve:
+    """The curve with its verify and draft times made non-decreasing in length. Timing noise must
+    not make a longer verify (or draft) look cheaper than a shorter one: auto then kept verifying
+    2 drafts that were never accepted (measured: a verify of 3 at 16.0 ms, of 1 at 18.4 ms). Work
+    grows with length, so the curve is the nearest non-decreasing one."""
+    by_length = curve.draft_by_length_ms
+    if by_length:
+        by_length = [by_length[0]] + non_decreasing(by_length[1:])
+    return replace(curve, verify_ms=non_decreasing(curve.verify_ms), draft_by_length_ms=by_length,
+                   draft_ms=by_length[-1] if by_length else curve.draft_ms)
 
 
 def non_decreasing(values: list[float]) -> list[float]:
@@ -154,12 +156,12 @@ def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
                     draft[length - 1].append(_draft_once(pair, ids, length))
             progress(f"repeat {r + 1}/{repeats}")
         device = str(mx.default_device())
-    return CostCurve(
+    return fitted(CostCurve(
         target=str(pair.target_path), device=device, blas=blas.status.split(" (")[0], block=block,
         repeats=repeats, ar_step_ms=_median_ms(ar), verify_ms=[_median_ms(v) for v in verify],
         draft_ms=_median_ms(draft[-1]) if draft[-1] else None, measured_at=time.time(),
         draft_by_length_ms=[0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None,
-    )
+    ))
 
 
 def _sound(curve: CostCurve, block: int) -> bool:
@@ -214,7 +216,7 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
             if isinstance(data, dict) and data.get("schema") == SCHEMA:
                 curve = CostCurve(**{k: data[k] for k in CostCurve.__dataclass_fields__})
                 if _sound(curve, block):
-                    return curve, True
+                    return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
     curve = measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel)

@@ -75,15 +75,6 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     return float(last.generation_tps)
 
 
-def no_rounds_note(per_prompt: list[dict]) -> str:
-    """One line naming the prompts whose output ended before DFlash drafted anything ('' if none)."""
-    names = [repr(r["prompt"][:30]) for r in per_prompt if not r["rounds"]]
-    if not names:
-        return ""
-    return (f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
-            f"no speedup: {', '.join(names)}")
-
-
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     df_decode_s = sum(s.decode_s for s in df)
