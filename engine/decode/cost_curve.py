@@ -69,10 +69,10 @@ class CostCurve:
 
 
 def fitted(curve: CostCurve) -> CostCurve:
-    """The curve with its verify and draft times made non-decreasing in length. Timing noise must
-    not make a longer verify (or draft) look cheaper than a shorter one: auto then kept verifying
-    2 drafts that were never accepted (measured: a verify of 3 at 16.0 ms, of 1 at 18.4 ms). Work
-    grows with length, so the curve is the nearest non-decreasing one."""
+    """The curve with its verify and draft times made non-decreasing in length: timing noise on a
+    loaded CPU can make a longer verify look cheaper than a shorter one (measured: a verify of 3 at
+    16.0 ms, of 1 at 18.4 ms), which tilts auto towards drafting. Work grows with length, so the
+    curve is the nearest non-decreasing one."""
     by_length = curve.draft_by_length_ms
     if by_length:
         by_length = [by_length[0]] + non_decreasing(by_length[1:])

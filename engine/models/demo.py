@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 DEMO_TARGET = "demo-target"
-DEMO_DRAFTER = "demo-dflash2-drafter"  # the demo's best: tau ~5.8 on the sample prompt, v1's ~2.4
+DEMO_DRAFTER = "demo-dflash2-drafter"  # the faster of the demo target's drafters (their model cards)
 DEMO_V1_DRAFTER = "demo-drafter"
 # Every bundled pair, the default first (v1 is the default where the DFlash2 drafter is not
 # installed); the hybrid pair shows tape replay (GatedDeltaNet target).

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 
-def no_rounds_note(per_prompt: list[dict]) -> str:
-    """One line naming the prompts whose output ended before DFlash drafted anything ('' if none)."""
-    names = [repr(r["prompt"][:30]) for r in per_prompt if not r["rounds"]]
-    if not names:
-        return ""
-    return (f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
-            f"no speedup: {', '.join(names)}")
-
-
 def _say_no_rounds(per_prompt: list[dict]) -> None:
-    note = no_rounds_note(per_prompt)
-    if note:
-        print(note)
+    """One line naming the prompts whose output ended before DFlash drafted anything (none: nothing)."""
+    names = [repr(r["prompt"][:30]) for r in per_prompt if not r["rounds"]]
+    if names:
+        print(f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
+              f"no speedup: {', '.join(names)}")
 
 
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:

@@ -106,9 +106,9 @@ def run_block_sizes(
         if advice is not None:
             predicted = advice.auto_speedup if size == "auto" else (
                 advice.speedup_at(int(size)) if int(size) <= source else None)
-        has_rounds = any(rounds for _, rounds in runs[size])
+        drafted = any(size_rounds for _, size_rounds in runs[size])
         overall[str(size)] = {
-            "speedup": round(measured, 4) if has_rounds else None,
+            "speedup": round(measured, 4) if drafted else None,
             "predicted_speedup": predicted,
             "error": round(predicted / measured - 1, 4) if predicted else None,
             "tau": RoundStats.of(r for _, rounds in runs[size] for r in rounds).tau,
