@@ -15,6 +15,7 @@ from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from engine.models.drafter import MLP, Attention, ContextCache, DFlashDrafter, _is_causal
 from engine.models.drafter_config import SLIDING, DrafterConfig, SelectorConfig
@@ -107,7 +108,7 @@ class CandidateSelector(nn.Module):
 
 @dataclass
 class Selection:
-    """One block's selector walk (lazy arrays): drafts d_1..d_T, the K candidates per position and
+    """One block's selector walk (lazy arrays, except that the T = 0 walk has evaluated its scores): drafts d_1..d_T, the K candidates per position and
     their scores, the head's own top candidate (to see where rescoring changed it) and, at T > 0,
     the log of q scattered over the vocabulary (-inf outside the candidates)."""
 
@@ -126,6 +127,9 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
     candidates = mx.argpartition(-logits32, kth=top_k - 1, axis=-1)[:, :top_k]
     unary = mx.take_along_axis(logits32, candidates, axis=-1)
     terms = selector.pair_terms(hidden, candidates)  # (T, K, r)
+    if temperature <= 0:
+        drafts, scores_all = _greedy_walk(selector, terms, unary, candidates, anchor)
+        return Selection(drafts, candidates, scores_all, mx.argmax(logits32, axis=-1), None)
     keys = mx.random.split(key, terms.shape[0]) if temperature > 0 else None
     prev = mx.array([anchor])
     picks, scores = [], []
@@ -143,6 +147,27 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
         full = mx.put_along_axis(mx.zeros(logits.shape, mx.float32), candidates, q, axis=-1)
         logq = mx.log(full)
     return Selection(mx.concatenate(picks), candidates, scores_all, mx.argmax(logits32, axis=-1), logq)
+
+
+def _greedy_walk(selector: CandidateSelector, terms: mx.array, unary: mx.array, candidates: mx.array,
+                 anchor: int) -> tuple[mx.array, mx.array]:
+    """The T = 0 walk with every score it could need computed at once, then walked on the host: a
+    step's scores are the K x K transition row of the previous pick. A loop of tiny array ops costs
+    about 100 dispatches a block, which is most of the selector's time on a small drafter."""
+    T = terms.shape[0]
+    first = unary[0] + terms[0] @ selector.predecessor(mx.array([anchor]))[0]  # (K,)
+    # trans[t - 1, j, k]: the score of candidate k at t after candidate j at t - 1
+    trans = unary[1:, None, :] + selector.predecessor(candidates[:-1]) @ terms[1:].swapaxes(-1, -2)
+    mx.eval(first, trans, candidates)
+    first, trans, ids = (np.array(a) for a in (first, trans, candidates))
+    picks, rows = [], [first]
+    j = int(np.argmax(first))
+    picks.append(ids[0, j])
+    for t in range(1, T):
+        rows.append(trans[t - 1, j])
+        j = int(np.argmax(rows[-1]))
+        picks.append(ids[t, j])
+    return mx.array(np.array(picks, dtype=np.int32)), mx.array(np.stack(rows))
 
 
 class DFlash2Drafter(DFlashDrafter):
