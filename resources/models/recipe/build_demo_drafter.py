@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--out", default=str(REPO / "resources/models/demo-drafter"))
     ap.add_argument("--run-dir", default=str(REPO / "runs/demo-drafter"))
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=800, help="stage 1 steps (0: none; stage 2 continues --init)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--taps", default="1,6,12,17,22")
     ap.add_argument("--block-size", type=int, default=16)
@@ -80,7 +80,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--selector-top-k", type=int, default=8)
     ap.add_argument("--selector-rank", type=int, default=64)
     ap.add_argument("--compare-drafter", help="bench this drafter too, on the same AR runs (e.g. the v1 demo drafter)")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.steps == 0 and not (args.init and args.finetune_steps):
+        ap.error("--steps 0 skips stage 1, so it needs --init (the drafter stage 2 continues) and --finetune-steps")
+    return args
 
 
 def bench(target: str, drafter: str, max_tokens: int, repeats: int, prompts: str,
@@ -121,6 +124,16 @@ def distilled_definitions(pair, texts: list[str], cache: Path, count: int, args,
     return cached_prompt_continuations(pair, prompts, cache, args.distill_new_tokens, _progress(cache))
 
 
+def stage1_line(args, first, tokens: int) -> str:
+    if first is None:
+        return (f"- Stage 1: none (`--steps 0`); stage 2 continues `{args.init}`, whose own card gives its stages.\n"
+                f"  Stage 1 text, for stage 2's mix: {distill_line(args, tokens)}")
+    return f"""- Stage 1 (from {f"`{args.init}`" if args.init else "random weights"}): {distill_line(args, tokens)}
+  {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
+  sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
+  Final: {_final(first)}."""
+
+
 def distill_line(args, tokens: int) -> str:
     if not args.distill_sequences:
         return f"the corpus itself ({tokens:,} tokens), labels from the target's greedy next tokens."
@@ -156,7 +169,7 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
     if len(stages) > 1:
         second, mixed, definitions = stages[1]
         stage2 = f"""
-- Stage 2 (fine-tune from stage 1): the stage 1 text plus the target's continuations of
+- Stage 2 (fine-tune from {"stage 1" if first is not None else f"`{args.init}`"}): the stage 1 text plus the target's continuations of
   {args.definition_prompts} definition prompts ({definitions:,} tokens; a `def` or `class` line of the corpus
   and up to three more lines, dedented, as in `code_prompts.py`), {mixed:,} tokens in all;
   {args.finetune_steps} steps, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
@@ -174,10 +187,7 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 - Drafter ({generation}): {cfg['num_hidden_layers']} layer(s), hidden {cfg['hidden_size']}, intermediate
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
-- Stage 1 (from {f"`{args.init}`" if args.init else "random weights"}): {distill_line(args, tokens)}
-  {args.steps} steps, batch {args.batch} x {args.seq_len} tokens, {args.anchors} anchors per
-  sequence, AdamW lr {args.lr} (warm-up {args.warmup}, cosine), loss weights exp(-(k-1)/7), seed {args.seed}.
-  Final: {_final(first)}.{stage2}
+{stage1_line(args, first, tokens)}{stage2}
 - Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on a 2-core
   Linux CPU with OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")} and nothing else running.
 
@@ -293,9 +303,12 @@ def main() -> int:
         held_tokens = distilled(pair, held_tokens, run_dir / "distill_heldout.npy", 64, args, seed=args.seed + 1)
     finetune = args.finetune_steps > 0
     stage1_out = run_dir / "stage1" if finetune else out
-    trainer, rate = train_stage("stage 1", pair, tokens, held_tokens, stage1_out, stage1, run_dir / "checkpoint",
-                                args.resume)
-    stages, rates = [(trainer, len(tokens))], [rate]
+    if args.steps:
+        trainer, rate = train_stage("stage 1", pair, tokens, held_tokens, stage1_out, stage1, run_dir / "checkpoint",
+                                    args.resume)
+        stages, rates = [(trainer, len(tokens))], [rate]
+    else:  # stage 2 alone, continuing --init (parse_args checked it is given)
+        stage1_out, stages, rates = Path(args.init), [(None, len(tokens))], []
     if finetune:
         definitions = distilled_definitions(pair, [t for _, t in train], run_dir / "distill_code_train.npy",
                                             args.definition_prompts, args, seed=args.seed)
