@@ -12,7 +12,11 @@ drafts a short probe block (4) now and then (every 4, 8, ... up to 64 rounds whi
 failing) so it can come back when acceptance does: a probe accepted whole raises the rates,
 and the rounds after it reach further. The drafter drafts only the k positions it
 will verify: drafting a shorter block is cheaper, and a drafter often drafts its first positions
-better in a short block. Which k it picks never changes what is committed: acceptance is decided
+better in a short block. Memory is long (~30 rounds) so that a few unlucky rounds do not
+cut a good run short; but a run of first-draft misses that the rate before it makes unlikely
+(under 1%: three misses after a_1 = 0.8, seven after 0.5) means the text changed (prose after
+code, say). The controller then keeps only that run, weighed as two rounds, instead of drafting
+on for the ~30 rounds its memory would take to forget; one probe accepted brings it back. Which k it picks never changes what is committed: acceptance is decided
 as for any block.
 """
 
@@ -24,6 +28,8 @@ DECAY = 0.97  # weight of a round's evidence after each newer round: ~30 rounds 
 PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is 0.5, a_j's (j > 1) is a_{j-1}
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
+SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
+KEPT_MISSES = 2.0  # what such a run weighs after the reset, in rounds
 
 
 class VerifyLengthController:
@@ -34,6 +40,8 @@ class VerifyLengthController:
         self.offered = [0.0] * (self.block - 1)
         self.plain_rounds = 0  # consecutive rounds at k = 1
         self.probe_every = PROBE_FIRST
+        self.misses = 0  # consecutive drafting rounds whose first draft was rejected
+        self.rate_before_misses = 0.5  # a_1 when that run began
 
     def rates(self) -> list[float]:
         """a_j for j = 1..block-1: accepted given every earlier draft was."""
@@ -87,8 +95,26 @@ class VerifyLengthController:
         A round that verified none (k = 1) says nothing about the drafter, and forgets nothing."""
         if verified_drafts == 0:
             return
+        if accepted:
+            self.misses = 0
+        else:
+            if self.misses == 0:
+                self.rate_before_misses = self.rates()[0]
+            self.misses += 1
         self.accepted = [a * DECAY for a in self.accepted]
         self.offered = [o * DECAY for o in self.offered]
         for j in range(min(verified_drafts, accepted + 1)):  # position j offered once 1..j-1 passed
             self.offered[j] += 1.0
             self.accepted[j] += 1.0 if j < accepted else 0.0
+        if self.misses and (1.0 - self.rate_before_misses) ** self.misses < SURPRISE:
+            self._keep_only_the_misses()
+            self.misses = 0
+
+    def _keep_only_the_misses(self) -> None:
+        """The text changed under the drafter: forget what came before this run of misses (unless
+        that would make a_1 look better than it does now: a drafter that never hits stays skipped)."""
+        kept = min(self.misses, KEPT_MISSES)
+        if PRIOR_WEIGHT * 0.5 / (kept + PRIOR_WEIGHT) >= self.rates()[0]:
+            return
+        self.accepted = [0.0] * len(self.accepted)
+        self.offered = [kept] + [0.0] * (len(self.offered) - 1)
