@@ -94,6 +94,16 @@ def test_a_few_unlucky_rounds_do_not_stop_a_good_run():
     assert 1 not in picks[5:], picks
 
 
+def test_a_middling_drafter_keeps_drafting_through_runs_of_four_misses():
+    """First-draft acceptance 0.6 with its misses bunched in fours: such a run has a 2.6% chance
+    at that rate, not surprising enough to forget the rounds before it (a reset after any three
+    misses would, and would go plain)."""
+    c = VerifyLengthController(_curve(ar=20.0, verify_growth=0.04, draft=4.0), 16)
+    pattern = [3, 2, 0, 0, 0, 0, 2, 1, 3, 2]
+    picks = _picks_after(c, lambda i: pattern[i % len(pattern)])
+    assert 1 not in picks, picks
+
+
 def test_it_comes_back_when_acceptance_recovers():
     c = VerifyLengthController(_curve(), 16)
     for _ in range(100):

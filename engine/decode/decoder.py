@@ -187,13 +187,14 @@ class DFlashDecoder(Decoder):
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
         result = from_root(accept(self.sampler, logits, drafts, proposal.logq), self.pair.ranks)
-        new_taps = self.taps.concatenated() if self.block > 1 else None
         why = explain(proposal.logits, logits, drafts) if drafts.size else None
         selector = (selector_table(proposal.selection, logits, drafts.size)
                     if proposal.selection is not None and drafts.size else None)
         t_built = time.perf_counter()
         mx.eval(drafts)
         t1 = time.perf_counter()
+        # after the wait: a pipeline-sharded target evaluates its layers to gather the taps
+        new_taps = self.taps.concatenated() if self.block > 1 else None
         mx.eval(result, new_taps, why, selector)
         accepted, bonus = result.tolist()
         t2 = time.perf_counter()

@@ -14,7 +14,7 @@ and the rounds after it reach further. The drafter drafts only the k positions i
 will verify: drafting a shorter block is cheaper, and a drafter often drafts its first positions
 better in a short block. Memory is long (~30 rounds) so that a few unlucky rounds do not
 cut a good run short; but a run of first-draft misses that the rate before it makes unlikely
-(under 1%: three misses after a_1 = 0.8, seven after 0.5) means the text changed (prose after
+(under 1%, and at least three: three after a_1 = 0.8, seven after 0.5) means the text changed (prose after
 code, say). The controller then keeps only that run, weighed as two rounds, instead of drafting
 on for the ~30 rounds its memory would take to forget; one probe accepted brings it back. Which k it picks never changes what is committed: acceptance is decided
 as for any block.
@@ -29,6 +29,7 @@ PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is 0.5, a_j's (j >
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
 SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
+MIN_MISSES = 3  # two misses in a row happen even to a drafter right 9 times in 10
 KEPT_MISSES = 2.0  # what such a run weighs after the reset, in rounds
 
 
@@ -106,7 +107,7 @@ class VerifyLengthController:
         for j in range(min(verified_drafts, accepted + 1)):  # position j offered once 1..j-1 passed
             self.offered[j] += 1.0
             self.accepted[j] += 1.0 if j < accepted else 0.0
-        if self.misses and (1.0 - self.rate_before_misses) ** self.misses < SURPRISE:
+        if self.misses >= MIN_MISSES and (1.0 - self.rate_before_misses) ** self.misses < SURPRISE:
             self._keep_only_the_misses()
             self.misses = 0
 

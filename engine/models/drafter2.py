@@ -130,22 +130,18 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
     if temperature <= 0:
         drafts, scores_all = _greedy_walk(selector, terms, unary, candidates, anchor)
         return Selection(drafts, candidates, scores_all, mx.argmax(logits32, axis=-1), None)
-    keys = mx.random.split(key, terms.shape[0]) if temperature > 0 else None
+    keys = mx.random.split(key, terms.shape[0])
     prev = mx.array([anchor])
     picks, scores = [], []
     for t in range(terms.shape[0]):
         score = unary[t] + terms[t] @ selector.predecessor(prev)[0]
-        index = (mx.argmax(score) if keys is None
-                 else mx.random.categorical(score / temperature, key=keys[t]))
+        index = mx.random.categorical(score / temperature, key=keys[t])
         prev = candidates[t, index].reshape(1)
         picks.append(prev)
         scores.append(score)
     scores_all = mx.stack(scores)
-    logq = None
-    if temperature > 0:
-        q = mx.softmax(scores_all / temperature, axis=-1)
-        full = mx.put_along_axis(mx.zeros(logits.shape, mx.float32), candidates, q, axis=-1)
-        logq = mx.log(full)
+    q = mx.softmax(scores_all / temperature, axis=-1)
+    logq = mx.log(mx.put_along_axis(mx.zeros(logits.shape, mx.float32), candidates, q, axis=-1))
     return Selection(mx.concatenate(picks), candidates, scores_all, mx.argmax(logits32, axis=-1), logq)
 
 

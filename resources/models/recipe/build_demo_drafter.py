@@ -83,6 +83,8 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     if args.steps == 0 and not (args.init and args.finetune_steps):
         ap.error("--steps 0 skips stage 1, so it needs --init (the drafter stage 2 continues) and --finetune-steps")
+    if args.steps == 0 and Path(args.init).resolve() == Path(args.out).resolve():
+        ap.error("--steps 0 continues --init into --out: give a new --out (the card of --init tells its stages)")
     return args
 
 
@@ -308,7 +310,7 @@ def main() -> int:
                                     args.resume)
         stages, rates = [(trainer, len(tokens))], [rate]
     else:  # stage 2 alone, continuing --init (parse_args checked it is given)
-        stage1_out, stages, rates = Path(args.init), [(None, len(tokens))], []
+        stage1_out, stages, rates = Path(args.init), [(None, len(tokens))], [None]
     if finetune:
         definitions = distilled_definitions(pair, [t for _, t in train], run_dir / "distill_code_train.npy",
                                             args.definition_prompts, args, seed=args.seed)
