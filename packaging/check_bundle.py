@@ -83,7 +83,7 @@ def project_version() -> str:
     return re.search(r'(?m)^version\s*=\s*"([^"]+)"', text).group(1)
 
 
-DEFAULT_DRAFTERS = ("demo-dflash2-drafter",)  # preferred over demo-drafter (engine/models/demo.py)
+DEFAULT_DRAFTER = "demo-dflash2-drafter"  # preferred over demo-drafter, as engine/models/demo.py does
 
 
 def has_demo_pair(models: Path) -> bool:
@@ -205,9 +205,9 @@ def check_layout(report: Report, bundle: Path) -> None:
         report.add("layout: mlx_cpu.libs/libgfortran-* (engine/runtime/blas.py)", has("mlx_cpu.libs/libgfortran-*"))
     for name in ("demo-target", "demo-drafter"):
         report.add(f"layout: resources/models/{name}/config.json", (base / "resources/models" / name / "config.json").is_file())
-    for name in DEFAULT_DRAFTERS:  # a stand-in pair has none: the app then falls back to demo-drafter
-        report.add(f"layout: resources/models/{name}/config.json (the default drafter)",
-                   (base / "resources/models" / name / "config.json").is_file(), soft=True)
+    # a stand-in pair has none: the app then falls back to demo-drafter
+    report.add(f"layout: resources/models/{DEFAULT_DRAFTER}/config.json (the default drafter)",
+               (base / "resources/models" / DEFAULT_DRAFTER / "config.json").is_file(), soft=True)
     report.add("layout: recipe scripts left out", not (base / "resources/models/recipe").exists())
     report.add("layout: resources/styles/app.qss", (base / "resources/styles/app.qss").is_file())
     report.add("layout: resources/icons", has("resources/icons/*.svg") or has("resources/icons/*.png"))
@@ -329,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     # The same command from the source tree must give the same tokens.
     base = bundle / "_internal" if (bundle / "_internal").is_dir() else bundle
     # The bundle's default drafter, as engine/models/demo.py's demo_pair() picks it: DFlash2 if bundled.
-    drafter = next((n for n in DEFAULT_DRAFTERS if (base / "resources/models" / n / "config.json").is_file()),
-                   "demo-drafter")
+    bundled = (base / "resources/models" / DEFAULT_DRAFTER / "config.json").is_file()
+    drafter = DEFAULT_DRAFTER if bundled else "demo-drafter"
     pair = [str(base / "resources/models/demo-target"), str(base / "resources/models" / drafter)]
     src = subprocess.run([sys.executable, "-m", "engine.tools.cli", *GENERATE, "--target", pair[0], "--drafter", pair[1]],
                          cwd=ROOT, capture_output=True, text=True)

@@ -180,9 +180,10 @@ class DFlashDecoder(Decoder):
         drafts = proposal.drafts
         t_queued = time.perf_counter()
 
-        # The verify's graph is built while the drafter runs: building it is Python work, about a
-        # sixth of a round on a small target. It counts as verify time, and the wait for the drafts
-        # that follows as draft time.
+        # The verify's graph is built while the drafter runs (a DFlash2 greedy walk has already
+        # waited for the drafter's outputs, so there only its cache update overlaps): building it is
+        # Python work, about a sixth of a round on a small target. It counts as verify time, and
+        # the wait for the drafts that follows as draft time.
         verify_ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]

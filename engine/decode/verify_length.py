@@ -14,10 +14,11 @@ and the rounds after it reach further. The drafter drafts only the k positions i
 will verify: drafting a shorter block is cheaper, and a drafter often drafts its first positions
 better in a short block. Memory is long (~30 rounds) so that a few unlucky rounds do not
 cut a good run short; but a run of first-draft misses that the rate before it makes unlikely
-(under 1%, and at least three: three after a_1 = 0.8, seven after 0.5) means the text changed (prose after
-code, say). The controller then keeps only that run, weighed as two rounds, instead of drafting
-on for the ~30 rounds its memory would take to forget; one probe accepted brings it back. Which k it picks never changes what is committed: acceptance is decided
-as for any block.
+(under 1%, and at least three: three after a_1 = 0.8, seven after 0.5) means the text changed
+(prose after code, say). The controller then keeps only that run, weighed as two rounds,
+instead of drafting on for the ~30 rounds its memory would take to forget; one probe accepted
+brings it back. Which k it picks never changes what is committed: acceptance is decided as for
+any block.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from __future__ import annotations
 from engine.decode.cost_curve import CostCurve
 
 DECAY = 0.97  # weight of a round's evidence after each newer round: ~30 rounds of memory
-PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is 0.5, a_j's (j > 1) is a_{j-1}
+PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is FIRST_PRIOR, a_j's (j > 1) is a_{j-1}
+FIRST_PRIOR = 0.5
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
 SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
@@ -42,11 +44,11 @@ class VerifyLengthController:
         self.plain_rounds = 0  # consecutive rounds at k = 1
         self.probe_every = PROBE_FIRST
         self.misses = 0  # consecutive drafting rounds whose first draft was rejected
-        self.rate_before_misses = 0.5  # a_1 when that run began
+        self.rate_before_misses = FIRST_PRIOR  # a_1 when that run began
 
     def rates(self) -> list[float]:
         """a_j for j = 1..block-1: accepted given every earlier draft was."""
-        out, prior = [], 0.5
+        out, prior = [], FIRST_PRIOR
         for a, o in zip(self.accepted, self.offered):
             prior = (a + PRIOR_WEIGHT * prior) / (o + PRIOR_WEIGHT)
             out.append(prior)
@@ -115,7 +117,7 @@ class VerifyLengthController:
         """The text changed under the drafter: forget what came before this run of misses (unless
         that would make a_1 look better than it does now: a drafter that never hits stays skipped)."""
         kept = min(self.misses, KEPT_MISSES)
-        if PRIOR_WEIGHT * 0.5 / (kept + PRIOR_WEIGHT) >= self.rates()[0]:
+        if PRIOR_WEIGHT * FIRST_PRIOR / (kept + PRIOR_WEIGHT) >= self.rates()[0]:  # a_1 after the reset
             return
         self.accepted = [0.0] * len(self.accepted)
         self.offered = [kept] + [0.0] * (len(self.offered) - 1)

@@ -108,9 +108,10 @@ class CandidateSelector(nn.Module):
 
 @dataclass
 class Selection:
-    """One block's selector walk (lazy arrays, except that the T = 0 walk has evaluated its scores): drafts d_1..d_T, the K candidates per position and
-    their scores, the head's own top candidate (to see where rescoring changed it) and, at T > 0,
-    the log of q scattered over the vocabulary (-inf outside the candidates)."""
+    """One block's selector walk (lazy arrays, but the T = 0 walk has evaluated its scores): drafts
+    d_1..d_T, the K candidates per position and their scores, the head's own top candidate (to see
+    where rescoring changed it) and, at T > 0, the log of q scattered over the vocabulary (-inf
+    outside the candidates)."""
 
     drafts: mx.array  # (T,)
     candidates: mx.array  # (T, K)
