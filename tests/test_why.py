@@ -42,3 +42,34 @@ def test_sampled_rounds_carry_the_fields_and_traces_round_trip(qwen3_pair):
     assert again == r
     old = {k: v for k, v in to_dict(r).items() if k not in ("draft_p", "target_p", "margin", "target_rank")}
     assert from_dict(old).draft_p == []  # traces written before these fields still open
+
+
+def test_the_host_tables_equal_the_mlx_ones():
+    """On a CPU the decoder computes the why and selector tables in numpy; they must be the tables
+    the MLX graphs (used on a GPU) give, field by field."""
+    import mlx.core as mx
+    import numpy as np
+
+    from engine.decode.proposal import selector_table, selector_table_on_host
+    from engine.decode.why import explain, explain_on_host
+    from engine.models.drafter2 import Selection
+
+    rng = np.random.default_rng(0)
+    n, vocab, k = 7, 300, 5
+    draft_logits = rng.normal(0, 3, (n, vocab)).astype(np.float32)
+    target_logits = rng.normal(0, 3, (n + 1, vocab)).astype(np.float32)
+    drafts = rng.integers(0, vocab, n).astype(np.int32)
+    drafts[:3] = target_logits[:3].argmax(-1)  # some drafts the target agrees with
+    on_mlx = np.array(explain(mx.array(draft_logits), mx.array(target_logits), mx.array(drafts)))
+    on_host = explain_on_host(draft_logits, target_logits, drafts)
+    np.testing.assert_allclose(on_host, on_mlx, rtol=1e-5, atol=1e-6)
+
+    candidates = np.stack([rng.permutation(vocab)[:k] for _ in range(n)]).astype(np.int32)
+    candidates[:2, 1] = target_logits[:2].argmax(-1)  # the target's choice among them, not first
+    selection = Selection(mx.array(drafts), mx.array(candidates), mx.array(rng.normal(size=(n, k)).astype(np.float32)),
+                          mx.array(draft_logits.argmax(-1).astype(np.int32)), None)
+    mlx_table = [np.array(a) for a in selector_table(selection, mx.array(target_logits), n)]
+    host_table = selector_table_on_host(selection, target_logits, n)
+    for mine, theirs in zip(host_table, mlx_table):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6)
+    assert (host_table[2][:2] >= 0).all()

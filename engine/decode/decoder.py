@@ -13,6 +13,7 @@ import time
 from typing import Iterator, Optional
 
 import mlx.core as mx
+import numpy as np
 
 from engine.decode.acceptance import accept
 from engine.decode.cost_curve import cost_curve
@@ -20,13 +21,13 @@ from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, Te
 from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
 from engine.decode.prefill import check_prompt, prefill
-from engine.decode.proposal import Proposal, propose, selector_fields, selector_table
+from engine.decode.proposal import Proposal, propose, selector_fields, selector_table, selector_table_on_host
 from engine.decode.rollback import make_rollback
 from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings
 from engine.decode.stats import RoundStats
 from engine.decode.verify_length import VerifyLengthController
-from engine.decode.why import as_lists, explain
+from engine.decode.why import as_lists, explain, explain_on_host
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime.distributed import from_root, heartbeat
@@ -34,6 +35,10 @@ from engine.runtime.streams import STREAM
 
 def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000.0, 4)
+
+
+def _float32(a: mx.array) -> np.ndarray:
+    return np.array(a if a.dtype == mx.float32 else a.astype(mx.float32))
 
 
 class Decoder:
@@ -145,6 +150,7 @@ class DFlashDecoder(Decoder):
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
+        self.tables_on_host = STREAM.device == mx.cpu  # the why and selector tables: see engine/decode/why.py
         if settings.auto:
             curve, _ = cost_curve(pair, block=self.block, cancel=self.cancel)  # cached after the first
             self.verify_length = VerifyLengthController(curve, self.block)
@@ -188,9 +194,10 @@ class DFlashDecoder(Decoder):
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
         result = from_root(accept(self.sampler, logits, drafts, proposal.logq), self.pair.ranks)
-        why = explain(proposal.logits, logits, drafts) if drafts.size else None
-        selector = (selector_table(proposal.selection, logits, drafts.size)
-                    if proposal.selection is not None and drafts.size else None)
+        tables = drafts.size and not self.tables_on_host
+        why = explain(proposal.logits, logits, drafts) if tables else None
+        selection = proposal.selection if tables else None
+        selector = selector_table(selection, logits, drafts.size) if selection is not None else None
         t_built = time.perf_counter()
         mx.eval(drafts)
         t1 = time.perf_counter()
@@ -198,6 +205,8 @@ class DFlashDecoder(Decoder):
         new_taps = self.taps.concatenated() if self.block > 1 else None
         mx.eval(result, new_taps, why, selector)
         accepted, bonus = result.tolist()
+        if drafts.size and self.tables_on_host:
+            why, selector = self.host_tables(proposal, logits, drafts)
         t2 = time.perf_counter()
 
         self.rollback.after_verify(accepted, verify)
@@ -227,6 +236,14 @@ class DFlashDecoder(Decoder):
             **(as_lists(why.tolist()) if why is not None else {}),
             **(selector_fields([a.tolist() for a in selector]) if selector is not None else {}),
         )
+
+    @staticmethod
+    def host_tables(proposal: Proposal, logits: mx.array, drafts: mx.array) -> tuple[np.ndarray, Optional[list]]:
+        """The round's why and selector tables in numpy, from its evaluated logits."""
+        target = _float32(logits)
+        why = explain_on_host(_float32(proposal.logits), target, np.array(drafts))
+        selection = proposal.selection
+        return why, selector_table_on_host(selection, target, drafts.size) if selection is not None else None
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
         """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import mlx.core as mx
+import numpy as np
 
 from engine.decode.sampling import Sampler
 
@@ -50,6 +51,17 @@ def selector_table(selection, target_logits: mx.array, n: int) -> list[mx.array]
     hit = candidates == choice
     rank = mx.where(mx.any(hit, axis=-1), mx.argmax(hit.astype(mx.int32), axis=-1).astype(mx.int32), -1)
     return [candidates, scores, rank, selection.plain_top[:n]]
+
+
+def selector_table_on_host(selection, target_logits: np.ndarray, n: int) -> list[np.ndarray]:
+    """selector_table() in numpy, for an evaluated selection and target logits (MLX on the CPU:
+    see engine/decode/why.py)."""
+    scores = np.array(selection.scores)[:n]  # whole arrays out of MLX: slicing them there first costs more
+    order = np.argsort(-scores, axis=-1, kind="stable")
+    candidates = np.take_along_axis(np.array(selection.candidates)[:n], order, axis=-1)
+    hit = candidates == target_logits[:n].argmax(axis=-1)[:, None]
+    rank = np.where(hit.any(axis=-1), hit.argmax(axis=-1), -1)
+    return [candidates, np.take_along_axis(scores, order, axis=-1), rank, np.array(selection.plain_top)[:n]]
 
 
 def selector_fields(table: list[Any]) -> dict[str, list]:
