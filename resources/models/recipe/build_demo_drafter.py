@@ -6,7 +6,8 @@ textbook modules of synthetic_code.py it was trained on), cached in the run fold
 
 1. from random weights, on continuations of random corpus windows;
 2. fine-tuned from stage 1 on those plus continuations of definition prompts (a `def` or
-   `class` line and up to three more), the shape of prompt the demo is used with.
+   `class` line and up to three more), the shape of prompt the demo is used with, and
+   (--line-prompts) of lines from anywhere and comment prose, the shapes definitions miss.
 
 At the end it benchmarks AR vs DFlash on bench_prompts.jsonl (hand-written prompts of mixed
 kinds, none in the training text: tests/test_recipes.py checks) and writes the figures into MODEL_CARD.md next to the weights.
@@ -36,7 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine  # noqa: E402  (optimised BLAS before MLX)
-from code_prompts import definition_prompts  # noqa: E402
+from code_prompts import definition_prompts, line_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
@@ -66,6 +67,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--distill-new-tokens", type=int, default=224)
     ap.add_argument("--definition-prompts", type=int, default=2400,
                     help="stage 2: continuations of this many definition prompts (def/class lines)")
+    ap.add_argument("--line-prompts", type=int, default=0,
+                    help="stage 2 also distills this many line and prose prompts (code_prompts.line_prompts)")
     ap.add_argument("--finetune-steps", type=int, default=1000, help="stage 2 steps (0: stop after stage 1)")
     ap.add_argument("--finetune-lr", type=float, default=1e-3)
     ap.add_argument("--finetune-warmup", type=int, default=20)
@@ -117,12 +120,12 @@ def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
     return cached_continuations(pair, tokens, cache, sequences, args.distill_new_tokens, seed, _progress(cache))
 
 
-def distilled_definitions(pair, texts: list[str], cache: Path, count: int, args, seed: int):
-    """The target's greedy continuations of `count` definition prompts from `texts`, cached."""
+def distilled_prompts(pair, texts: list[str], cache: Path, count: int, args, seed: int, make=definition_prompts):
+    """The target's greedy continuations of `count` prompts that `make` takes from `texts`, cached."""
     from engine.decode.prompts import encode_prompt
     from engine.training.distill import cached_prompt_continuations
 
-    prompts = [encode_prompt(pair.tokenizer, p, chat=False) for p in definition_prompts(texts, count, seed)]
+    prompts = [encode_prompt(pair.tokenizer, p, chat=False) for p in make(texts, count, seed)]
     return cached_prompt_continuations(pair, prompts, cache, args.distill_new_tokens, _progress(cache))
 
 
@@ -169,11 +172,11 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
     )
     stage2 = ""
     if len(stages) > 1:
-        second, mixed, definitions = stages[1]
+        second, mixed, definitions, lines = stages[1]
         stage2 = f"""
 - Stage 2 (fine-tune from {"stage 1" if first is not None else f"`{args.init}`"}): the stage 1 text plus the target's continuations of
   {args.definition_prompts} definition prompts ({definitions:,} tokens; a `def` or `class` line of the corpus
-  and up to three more lines, dedented, as in `code_prompts.py`), {mixed:,} tokens in all;
+  and up to three more lines, dedented, as in `code_prompts.py`){line_mix(args, lines)}, {mixed:,} tokens in all;
   {args.finetune_steps} steps, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
   Held-out figures use 64 continuations of definition prompts from the held-out modules.
   Final: {_final(second)}."""
@@ -215,6 +218,13 @@ at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at blo
 | --- | {" | ".join("---:" for _ in result['acceptance_by_position'])} |
 | accepted | {" | ".join(f"{a:.2f}" for a in result['acceptance_by_position'])} |
 """
+
+
+def line_mix(args, tokens: int) -> str:
+    if not args.line_prompts:
+        return ""
+    return (f" and of {args.line_prompts} line and prose prompts\n  ({tokens:,} tokens; 1-4 lines from anywhere in a file,"
+            " half cut before a space, or a comment's words, as in `code_prompts.line_prompts`)")
 
 
 def reproduce_models(args) -> str:
@@ -312,17 +322,21 @@ def main() -> int:
     else:  # stage 2 alone, continuing --init (parse_args checked it is given)
         stage1_out, stages, rates = Path(args.init), [(None, len(tokens))], [None]
     if finetune:
-        definitions = distilled_definitions(pair, [t for _, t in train], run_dir / "distill_code_train.npy",
-                                            args.definition_prompts, args, seed=args.seed)
-        held_definitions = distilled_definitions(pair, [t for _, t in held], run_dir / "distill_code_heldout.npy",
-                                                 64, args, seed=args.seed + 1)
-        mixed = np.concatenate([tokens, definitions])
+        texts = [t for _, t in train]
+        definitions = distilled_prompts(pair, texts, run_dir / "distill_code_train.npy", args.definition_prompts,
+                                        args, seed=args.seed)
+        held_definitions = distilled_prompts(pair, [t for _, t in held], run_dir / "distill_code_heldout.npy",
+                                             64, args, seed=args.seed + 1)
+        lines = (distilled_prompts(pair, texts, run_dir / "distill_lines_train.npy", args.line_prompts, args,
+                                   seed=args.seed, make=line_prompts)
+                 if args.line_prompts else np.zeros(0, dtype=np.int32))
+        mixed = np.concatenate([tokens, definitions, lines])
         stage2 = replace(stage1, steps=args.finetune_steps, lr=args.finetune_lr, warmup=args.finetune_warmup,
                          init=str(stage1_out))
         pair = load_pair(args.target, None)  # a fresh target: stage 1 installed its taps on the old one
         trainer, rate = train_stage("stage 2", pair, mixed, held_definitions, out, stage2,
                                     run_dir / "finetune_checkpoint", args.resume)
-        stages.append((trainer, len(mixed), len(definitions)))
+        stages.append((trainer, len(mixed), len(definitions), len(lines)))
         rates.append(rate)
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts,
                    args.compare_drafter)
