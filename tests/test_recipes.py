@@ -110,3 +110,44 @@ def test_hybrid_recipe_trains_through_the_chunked_pass_and_loads_as_a_target(tmp
     assert report["steps"] == 3 and math.isfinite(report["final_train_loss"])
     model, _, config = load_target(out)
     assert config["model_type"] == "qwen3_5" and len(list(gdn_layers(model))) == 3
+
+
+def test_line_prompts_cover_code_lines_and_prose():
+    from code_prompts import MAX_CHARS, line_prompts
+
+    texts = [text for _, text in TRAIN] + ['def g():\n    """Return the answer to the question, said twice."""\n'
+                                           "    # Walk the list from the end to the start\n    return 42\n"]
+    prompts = line_prompts(texts, 200, seed=3)
+    assert len(prompts) == 200 and prompts == line_prompts(texts, 200, seed=3)
+    assert all(0 < len(p) <= MAX_CHARS and p.strip() for p in prompts)
+    prose = [p for p in prompts if "\n" not in p and p[0].isupper()]
+    assert 20 < len(prose) < 80  # about one in four
+    assert all(not p.startswith(("#", '"""')) for p in prose)
+    assert any(p.startswith("    ") for p in prompts)  # lines inside a function keep their indentation
+    assert any(not p.endswith("\n") and p not in prose for p in prompts)  # some cut inside their last line
+
+
+def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
+    import shutil
+
+    import build_demo_drafter
+
+    target, drafter = qwen3_tied_dirs
+    out = tmp_path / "drafter"
+    shutil.copytree(drafter, out)
+    weights = (out / "model.safetensors").read_bytes()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ("def f(x):\n", "import os\n")) + "\n")
+    args = build_demo_drafter.parse_args(["--rebench", "--target", str(target), "--out", str(out),
+                                          "--bench-prompts", str(prompts), "--bench-tokens", "12",
+                                          "--bench-repeats", "1"])
+    assert build_demo_drafter.rebench(args) == 2  # no card yet: nothing to rewrite
+
+    (out / "MODEL_CARD.md").write_text("# drafter\n\nHow it was trained.\n\n## Benchmark\n\nold figures\n")
+    assert build_demo_drafter.rebench(args) == 0
+    card = (out / "MODEL_CARD.md").read_text()
+    assert card.startswith("# drafter\n\nHow it was trained.\n\n## Benchmark (`bench`, T=0, block 16, 12 tokens")
+    assert "old figures" not in card and "| `def f(x):⏎` |" in card and "| `import os⏎` |" in card
+    result = json.loads((out / "bench.json").read_text())
+    assert len(result["per_prompt"]) == 2 and result["identical"] is True
+    assert (out / "model.safetensors").read_bytes() == weights

@@ -45,7 +45,7 @@ from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=str(REPO / "resources/models/demo-target"))
     ap.add_argument("--out", default=str(REPO / "resources/models/demo-drafter"))
@@ -83,7 +83,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--selector-top-k", type=int, default=8)
     ap.add_argument("--selector-rank", type=int, default=64)
     ap.add_argument("--compare-drafter", help="bench this drafter too, on the same AR runs (e.g. the v1 demo drafter)")
-    args = ap.parse_args()
+    ap.add_argument("--rebench", action="store_true",
+                    help="train nothing: bench the drafter in --out again (after an engine change) and rewrite the "
+                         "benchmark section of its MODEL_CARD.md and its bench.json")
+    args = ap.parse_args(argv)
     if args.steps == 0 and not (args.init and args.finetune_steps):
         ap.error("--steps 0 skips stage 1, so it needs --init (the drafter stage 2 continues) and --finetune-steps")
     if args.steps == 0 and Path(args.init).resolve() == Path(args.out).resolve():
@@ -161,15 +164,6 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
                seconds_per_step: list[Optional[float]]) -> str:
     first, tokens = stages[0][:2]
     cfg = stages[-1][0].raw_config
-    def num(value, spec: str) -> str:  # a prompt whose output ended at once has no rounds: no tau, no times
-        return "-" if value is None else format(value, spec)
-
-    rows = "\n".join(
-        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {num(r['ar_tok_s'], '.1f')} | {num(r['dflash_tok_s'], '.1f')} | "
-        f"{num(r['speedup'], '.2f')}x | {num(r['mean_acceptance_length'], '.2f')} | {num(r['draft_ms'], '.2f')} | "
-        f"{num(r['verify_ms'], '.2f')} |"
-        for r in result["per_prompt"]
-    )
     stage2 = ""
     if len(stages) > 1:
         second, mixed, definitions, lines = stages[1]
@@ -196,7 +190,24 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 - Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on a 2-core
   Linux CPU with OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")} and nothing else running.
 
-## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
+{bench_section(args, result)}"""
+
+
+BENCH_HEADING = "## Benchmark"
+
+
+def bench_section(args, result: dict) -> str:
+    """The card's benchmark section, from `bench --json` output."""
+    def num(value, spec: str) -> str:  # a prompt whose output ended at once has no rounds: no tau, no times
+        return "-" if value is None else format(value, spec)
+
+    rows = "\n".join(
+        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {num(r['ar_tok_s'], '.1f')} | {num(r['dflash_tok_s'], '.1f')} | "
+        f"{num(r['speedup'], '.2f')}x | {num(r['mean_acceptance_length'], '.2f')} | {num(r['draft_ms'], '.2f')} | "
+        f"{num(r['verify_ms'], '.2f')} |"
+        for r in result["per_prompt"]
+    )
+    return f"""## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
 Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --block-size 16 --raw` (prompts encoded raw, as the pair was trained).
 
@@ -218,6 +229,24 @@ at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at blo
 | --- | {" | ".join("---:" for _ in result['acceptance_by_position'])} |
 | accepted | {" | ".join(f"{a:.2f}" for a in result['acceptance_by_position'])} |
 """
+
+
+def rebench(args) -> int:
+    """Bench the finished drafter in --out again and rewrite its card's benchmark section (the
+    training text above it stays) and bench.json, each through a temporary file."""
+    from engine.safe_write import write_atomic
+
+    card = Path(args.out) / "MODEL_CARD.md"
+    if not card.is_file() or BENCH_HEADING not in card.read_text():
+        print(f"{card}: no model card with a benchmark section to rewrite (train the drafter first)", file=sys.stderr)
+        return 2
+    result = bench(args.target, args.out, args.bench_tokens, args.bench_repeats, args.bench_prompts,
+                   args.compare_drafter)
+    text = card.read_text()
+    write_atomic(Path(args.out) / "bench.json", json.dumps(result, indent=2), "bench.json")
+    write_atomic(card, text[: text.index(BENCH_HEADING)] + bench_section(args, result), "the model card")
+    print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
+    return 0
 
 
 def line_mix(args, tokens: int) -> str:
@@ -295,6 +324,8 @@ def train_stage(name: str, pair, tokens, held_tokens, out: Path, settings: Train
 
 def main() -> int:
     args = parse_args()
+    if args.rebench:
+        return rebench(args)
     stage1 = TrainSettings(
         layers=args.layers, block_size=args.block_size, taps=[int(x) for x in args.taps.split(",")],
         steps=args.steps, batch=args.batch, seq_len=args.seq_len, anchors=args.anchors, lr=args.lr,
