@@ -194,7 +194,7 @@ class DFlashDecoder(Decoder):
         with self.taps.capture(self.block > 1), self.rollback.recording():
             logits = self.pair.target(verify_ids[None], cache=self.cache)[0]
         result = from_root(accept(self.sampler, logits, drafts, proposal.logq), self.pair.ranks)
-        tables = drafts.size and not self.tables_on_host
+        tables = drafts.size > 0 and not self.tables_on_host  # on the CPU they are made after the verify
         why = explain(proposal.logits, logits, drafts) if tables else None
         selection = proposal.selection if tables else None
         selector = selector_table(selection, logits, drafts.size) if selection is not None else None
@@ -205,7 +205,7 @@ class DFlashDecoder(Decoder):
         new_taps = self.taps.concatenated() if self.block > 1 else None
         mx.eval(result, new_taps, why, selector)
         accepted, bonus = result.tolist()
-        if drafts.size and self.tables_on_host:
+        if drafts.size and self.tables_on_host:  # part of the verify's time, as their MLX graphs are
             why, selector = self.host_tables(proposal, logits, drafts)
         t2 = time.perf_counter()
 
