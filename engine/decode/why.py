@@ -9,7 +9,7 @@ For draft i (compared with the target's row i of the verify):
 Plain softmax of the raw logits (temperature 1), whatever the sampling settings, so runs compare.
 
 Where MLX runs on the CPU the table is computed in numpy instead (`explain_on_host`): MLX's CPU
-exp is scalar (about 1 ms for a 16 x 4096 block, numpy's 0.1 ms), which made this table a tenth
+exp is slow here (about 1 ms for a 16 x 4096 block, numpy's 0.1 ms), which made this table a tenth
 of a demo round. On a GPU the MLX graph is the cheap one and is evaluated with the round.
 """
 

@@ -19,27 +19,23 @@ import mlx.nn as nn
 from kernels.cpu_swiglu import swiglu_with_fallback
 
 DISABLE_ENV = "DFLASH_NO_CPU_KERNELS"
-REPLACED = {"swiglu": swiglu_with_fallback}
 
 
 def install_cpu_kernels(model: nn.Module, device: mx.Device) -> list[str]:
-    """Install the dispatchers in the model files of `model`'s layers when `device` is the CPU
-    (once per file), and take them out otherwise; return the names that dispatch, e.g.
+    """Install the dispatcher in the model files of `model`'s layers when `device` is the CPU
+    (once per file), and take it out otherwise; return the names that dispatch, e.g.
     "mlx_lm.models.qwen3.swiglu"."""
     enabled = device == mx.cpu and os.environ.get(DISABLE_ENV, "") in ("", "0")
     installed = []
     for name in sorted({type(m).__module__ for m in model.modules()}):
         module = sys.modules.get(name)
-        if module is None or not name.startswith("mlx_lm.models."):
+        current = getattr(module, "swiglu", None) if name.startswith("mlx_lm.models.") else None
+        if not callable(current):
             continue
-        for attr, wrap in REPLACED.items():
-            current = getattr(module, attr, None)
-            if not callable(current):
-                continue
-            if not enabled:  # mlx-lm's own again, should an earlier load have installed them
-                setattr(module, attr, getattr(current, "stock", current))
-                continue
-            if not hasattr(current, "stock"):
-                setattr(module, attr, wrap(current))
-            installed.append(f"{name}.{attr}")
+        if not enabled:  # mlx-lm's own again, should an earlier load have installed it
+            module.swiglu = getattr(current, "stock", current)
+            continue
+        if not hasattr(current, "stock"):
+            module.swiglu = swiglu_with_fallback(current)
+        installed.append(f"{name}.swiglu")
     return installed
