@@ -41,6 +41,7 @@ from code_prompts import definition_prompts, line_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
+from engine.safe_write import write_atomic  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
 
@@ -234,8 +235,6 @@ at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at blo
 def rebench(args) -> int:
     """Bench the finished drafter in --out again and rewrite its card's benchmark section (the
     training text above it stays) and bench.json, each through a temporary file."""
-    from engine.safe_write import write_atomic
-
     card = Path(args.out) / "MODEL_CARD.md"
     if not card.is_file() or BENCH_HEADING not in card.read_text():
         print(f"{card}: no model card with a benchmark section to rewrite (train the drafter first)", file=sys.stderr)
@@ -371,8 +370,8 @@ def main() -> int:
         rates.append(rate)
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts,
                    args.compare_drafter)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
-    (out / "MODEL_CARD.md").write_text(model_card(args, stages, corpus_tokens, result, rates))
+    write_atomic(out / "bench.json", json.dumps(result, indent=2), "bench.json")
+    write_atomic(out / "MODEL_CARD.md", model_card(args, stages, corpus_tokens, result, rates), "the model card")
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 

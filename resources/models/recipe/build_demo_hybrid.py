@@ -58,6 +58,7 @@ from mlx.utils import tree_flatten  # noqa: E402
 
 import build_demo_target as dense  # noqa: E402  (data, schedule, checkpoints, output: shared recipe)
 from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN  # noqa: E402
+from engine.safe_write import write_atomic  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -256,7 +257,7 @@ def bench_rollbacks(args) -> dict:
                for mode in ("replay", "rerun")}
     keys = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "verify_ms", "rollback_ms", "identical")
     summary = {mode: {k: r[k] for k in keys} for mode, r in results.items()}
-    (Path(args.out) / "bench.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(Path(args.out) / "bench.json", json.dumps(summary, indent=2), "bench.json")
     lines = ["# demo-hybrid-target", "",
              "A small Qwen3.5-architecture (`qwen3_5`) causal LM: GatedDeltaNet layers with full-attention",
              "layers every 4th, trained from scratch on the Python standard library by",
@@ -283,7 +284,7 @@ def bench_rollbacks(args) -> dict:
                      f"{r['mean_acceptance_length']:.2f} | {r['verify_ms']:.2f} | {r['rollback_ms']:.2f} | "
                      f"{r['identical']} |")
     card = Path(args.out) / "MODEL_CARD.md"
-    card.write_text("\n".join(lines) + "\n")
+    write_atomic(card, "\n".join(lines) + "\n", "the model card")
     dense.log(json.dumps(summary))
     return summary
 

@@ -42,6 +42,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
 from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
+from engine.safe_write import write_atomic  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
@@ -373,7 +374,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "```",
         "",
     ]
-    (out / "MODEL_CARD.md").write_text("\n".join(lines))
+    write_atomic(out / "MODEL_CARD.md", "\n".join(lines), "the model card")
 
 
 # ---------------------------------------------------------------- main
