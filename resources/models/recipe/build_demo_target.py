@@ -16,6 +16,20 @@ Checkpoints (weights + optimizer state + step + RNG state) go to --run-dir every
 
     python resources/models/recipe/build_demo_target.py \
         --out resources/models/demo-target --run-dir runs/demo-target
+
+The shipped demo target took three runs; the first two used this recipe as it was at
+earlier commits (git worktrees of this repository), the third this one:
+
+1. Standard library only, at f369b04 (defaults: 1000 steps, lr 1.5e-3, warm-up 50,
+   OPENBLAS_NUM_THREADS=2). Its weights are in git at that commit, byte for byte:
+   `git archive f369b04 resources/models/demo-target | tar -x -C step1`.
+2. At 9bd4c11 (the first synthetic corpus: tests gathered at the end of each module):
+   `--init-from step1/resources/models/demo-target --steps 600 --lr 1e-3 --warmup 30
+   --ckpt-every 300`; that run was stopped after step 300 of its 600-step schedule. Its
+   weights are `<run-dir>/ckpt-000300/weights.safetensors`: copy step 1's folder and put
+   that file in it as model.safetensors (same config and tokenizer).
+3. Here: `--init-from <step 2's folder> --steps 300 --lr 7e-4 --warmup 10` (and an
+   --init-note saying the above).
 """
 
 from __future__ import annotations
