@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QFileDialog, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from engine.models.demo import SAMPLE_PROMPT, demo_pair
+from engine.models.demo import SAMPLE_PROMPT, SAMPLE_PROMPTS, demo_pair, sample_prompt
 from engine.errors import DFlashError
 from app import files
 from app.jobs import PairInfo, ParityDone
@@ -170,7 +170,7 @@ class MainWindow(QMainWindow):
         self.models.target.set_value(target)
         self.models.drafter.set_value(drafter)
         self.prompt.apply(s)
-        self.prompt.set_prompt(SAMPLE_PROMPT if s.prompt is None else s.prompt)
+        self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt)
         if s.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode()))
         else:
@@ -240,6 +240,8 @@ class MainWindow(QMainWindow):
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
         self.model_lists.refresh()
+        if self.prompt.prompt() in (SAMPLE_PROMPT, *SAMPLE_PROMPTS.values()):  # a sample the user left as it was
+            self.prompt.set_prompt(sample_prompt(info.target))
 
     def pair_failed(self, message: str, cancelled: bool) -> None:
         self.models.set_loading(False)

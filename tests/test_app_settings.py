@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 
-from engine.models.demo import SAMPLE_PROMPT
+from engine.models.demo import SAMPLE_PROMPT, SAMPLE_PROMPTS
 from app.catalog import DRAFTER, TARGET
 from app.settings import AppSettings, load_settings, settings_path
 
@@ -256,3 +256,32 @@ def test_a_last_pair_that_no_longer_loads_never_stops_the_start(make_window, qwe
     w.models.check_now()
     assert w.models.verdict_ok is False
     assert "config.json" in w.models.verdict.text() and "nested too deeply" in w.models.verdict.text()
+
+
+def test_loading_a_bundled_pair_swaps_an_untouched_sample_prompt_for_its_own(qtbot, make_window, qwen3_tied_dirs,
+                                                                              sliding_dirs, tmp_path, monkeypatch):
+    """The hybrid demo target stops at a bare trailing newline (its tokenizer joins a newline to the
+    indentation after it), so it has its own sample; a prompt the user wrote is never replaced."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name, folder in [("demo-target", qwen3_tied_dirs[0]), ("demo-drafter", qwen3_tied_dirs[1]),
+                         ("demo-hybrid-target", sliding_dirs[0]), ("demo-hybrid-drafter", sliding_dirs[1])]:
+        (models / name).symlink_to(folder)
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    w = make_window()
+    assert w.prompt.prompt() == SAMPLE_PROMPT
+
+    def load(target, drafter):
+        w.models.target.set_value(str(models / target))
+        w.models.drafter.set_value(str(models / drafter))
+        with qtbot.waitSignal(w.controller.load_finished, timeout=60_000):
+            w.start_load()
+        assert w.errors == []
+
+    load("demo-hybrid-target", "demo-hybrid-drafter")
+    assert w.prompt.prompt() == SAMPLE_PROMPTS["demo-hybrid-target"] != SAMPLE_PROMPT
+    load("demo-target", "demo-drafter")
+    assert w.prompt.prompt() == SAMPLE_PROMPT
+    w.prompt.set_prompt("def mine():\n")
+    load("demo-hybrid-target", "demo-hybrid-drafter")
+    assert w.prompt.prompt() == "def mine():\n"

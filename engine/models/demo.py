@@ -17,6 +17,10 @@ DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
 # Ends in a newline, as the bench prompts do: the demo tokenizer splits as Qwen's does, keeping a
 # newline apart from the indentation after it, so the target goes on with an indented body.
 SAMPLE_PROMPT = "def fibonacci(n):\n"
+# The hybrid demo target's tokenizer pre-splits as GPT-2's does, joining a newline to the
+# indentation after it: after a bare trailing newline that target starts a new module (or
+# stops), so its sample prompt ends at the colon.
+SAMPLE_PROMPTS = {"demo-hybrid-target": "def fibonacci(n):"}
 
 
 def models_dir() -> Path:
@@ -53,3 +57,13 @@ def bundled_model(name: str) -> Optional[Path]:
     if name not in {n for pair in DEMO_PAIRS for n in pair}:
         return None
     return _installed(name)
+
+
+def sample_prompt(target: Optional[str | Path]) -> str:
+    """The prompt to start with on `target`: its own for a bundled demo target that needs one."""
+    if not target:
+        return SAMPLE_PROMPT
+    folder = bundled_model(Path(target).name)
+    if folder is None or Path(target).resolve() != folder.resolve():
+        return SAMPLE_PROMPT
+    return SAMPLE_PROMPTS.get(folder.name, SAMPLE_PROMPT)
