@@ -124,6 +124,22 @@ def test_chunked_pass_is_the_recurrence_to_rounding(dtype, shape):
         assert not mx.array_equal(delta, delta_ref).item()  # a different computation, not the reference again
 
 
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
+def test_chunked_pass_compiled_gives_the_bits_of_its_ops_run_one_by_one(dtype):
+    """It is compiled (a verify's few tokens cost mostly per-op overhead); fusing must not round
+    differently, or a verify would stop matching what the uncompiled pass was tested to give."""
+    q, k, v, g, beta, state = inputs(dtype=dtype, T=16, B=1, Hk=2, Hv=4, Dk=32, Dv=32)
+    with mx.stream(mx.cpu):
+        fused = gated_delta_tape(q, k, v, g, beta, state, impl="chunked")
+        mx.disable_compile()
+        try:
+            plain = gated_delta_tape(q, k, v, g, beta, state, impl="chunked")
+            mx.eval(plain)
+        finally:
+            mx.enable_compile()
+    assert all(mx.array_equal(a, b).item() for a, b in zip(fused, plain))
+
+
 def test_chunked_pass_survives_a_gate_of_zero():
     """A gate of 0 forgets the state; the decay ratios must stay finite (no inf - inf)."""
     q, k, v, g, beta, state = inputs(T=8)
