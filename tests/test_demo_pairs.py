@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from engine.models.demo import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs
+from engine.models.demo import DEMO_PAIRS, SAMPLE_PROMPT, demo_pair, demo_pairs, sample_prompt
 from engine.models.doctor import check_pair
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import run_parity
@@ -30,7 +30,7 @@ def test_every_bundled_pair_is_installed_in_the_source_tree():
 
 def _parity(target, drafter, max_tokens=48):
     pair = load_pair(target, drafter)
-    ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
+    ids = encode_prompt(pair.tokenizer, sample_prompt(target), chat=False)  # the window's start on this pair
     return run_parity(pair, ids, GenerationSettings(max_tokens=max_tokens))
 
 

@@ -151,3 +151,28 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
     result = json.loads((out / "bench.json").read_text())
     assert len(result["per_prompt"]) == 2 and result["identical"] is True
     assert (out / "model.safetensors").read_bytes() == weights
+
+
+def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path, tokenizer_dir):
+    """The bench stage runs once a pair has trained for hours: it must write its card and bench.json
+    (both rollback modes, the training run's settings and what a GPT-2 pre-split costs)."""
+    from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
+
+    target = write_hybrid_target(tmp_path / "target", tokenizer_dir, "qwen3_5", seed=3)
+    drafter = write_hybrid_drafter(tmp_path / "drafter", target, seed=4, block_size=16)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps({"params": 1234, "steps": 3, "train_wall_s": 60.0,
+                                                 "final_train_loss": 2.5, "heldout_loss": 3.0}))
+    (run / "run_args.json").write_text(json.dumps({"batch_size": 2, "seq_len": 16, "seed": 0, "vocab_size": 320,
+                                                   "split": "gpt2", "steps": 20}))
+    (run / "run_args.resume.json").write_text(json.dumps({"steps": 3}))
+    args = build_demo_hybrid.parse_args(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
+                                         "--run-dir", str(run), "--bench-tokens", "6"])
+    summary = build_demo_hybrid.bench_rollbacks(args)
+    assert set(summary) == {"replay", "rerun"} and all(r["identical"] for r in summary.values())
+    assert json.loads((target / "bench.json").read_text()) == summary
+    card = (target / "MODEL_CARD.md").read_text()
+    assert "| replay |" in card and "| rerun |" in card and "gpt2 pre-split" in card
+    assert build_demo_hybrid.GPT2_SPLIT_NOTE in card and "held-out loss 3.000" in card
+    assert "Started with `--steps 20` and resumed with `--steps 3`" in card

@@ -18,9 +18,9 @@ DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
 # newline apart from the indentation after it, so the target goes on with an indented body.
 SAMPLE_PROMPT = "def fibonacci(n):\n"
 # The hybrid demo target's tokenizer pre-splits as GPT-2's does, joining a newline to the
-# indentation after it: after a bare trailing newline that target starts a new module (or
-# stops), so its sample prompt ends at the colon.
-SAMPLE_PROMPTS = {"demo-hybrid-target": "def fibonacci(n):"}
+# indentation after it: after `def ...:` and a bare newline that target stops or starts a new
+# module. Its sample ends in a newline an unindented line follows (its model card has the figures).
+SAMPLE_PROMPTS = {"demo-hybrid-target": "import math\n"}
 
 
 def models_dir() -> Path:
