@@ -93,7 +93,8 @@ class PromptPanel(QGroupBox):
         return self.editor.toPlainText()
 
     def set_prompt(self, text: str) -> None:
-        self.editor.setPlainText(text)
+        if text != self.prompt():  # the same text again keeps the cursor and the undo history
+            self.editor.setPlainText(text)
 
     def mode(self) -> str:
         return next(k for k, b in self.mode_buttons.items() if b.isChecked())

@@ -13,11 +13,9 @@ from typing import Optional
 
 from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (
-    QFileDialog, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from engine.models.demo import SAMPLE_PROMPT, SAMPLE_PROMPTS, demo_pair, sample_prompt
+from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
 from app import files
 from app.jobs import PairInfo, ParityDone
@@ -240,8 +238,7 @@ class MainWindow(QMainWindow):
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
         self.model_lists.refresh()
-        if self.prompt.prompt() in (SAMPLE_PROMPT, *SAMPLE_PROMPTS.values()):  # a sample the user left as it was
-            self.prompt.set_prompt(sample_prompt(info.target))
+        self.prompt.set_prompt(prompt_after_load(self.prompt.prompt(), info.target))
 
     def pair_failed(self, message: str, cancelled: bool) -> None:
         self.models.set_loading(False)

@@ -283,5 +283,8 @@ def test_loading_a_bundled_pair_swaps_an_untouched_sample_prompt_for_its_own(qtb
     load("demo-target", "demo-drafter")
     assert w.prompt.prompt() == SAMPLE_PROMPT
     w.prompt.set_prompt("def mine():\n")
+    w.prompt.editor.insertPlainText("# typed\n")  # there is something to undo
+    mine = w.prompt.prompt()
     load("demo-hybrid-target", "demo-hybrid-drafter")
-    assert w.prompt.prompt() == "def mine():\n"
+    assert w.prompt.prompt() == mine
+    assert w.prompt.editor.document().isUndoAvailable()  # the user's text was left alone, not set again

@@ -67,3 +67,9 @@ def sample_prompt(target: Optional[str | Path]) -> str:
     if folder is None or Path(target).resolve() != folder.resolve():
         return SAMPLE_PROMPT
     return SAMPLE_PROMPTS.get(folder.name, SAMPLE_PROMPT)
+
+
+def prompt_after_load(prompt: str, target: Optional[str | Path]) -> str:
+    """The prompt once `target` has loaded: a sample prompt left as it was becomes that target's
+    own (sample_prompt); anything the user wrote stays."""
+    return sample_prompt(target) if prompt in (SAMPLE_PROMPT, *SAMPLE_PROMPTS.values()) else prompt
