@@ -99,11 +99,11 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
 
     from PySide6.QtCore import QEventLoop
 
-    from engine.models.demo import SAMPLE_PROMPT
+    from engine.models.demo import sample_prompt
 
     window.resize(1600, 1000)
     if run_demo:
-        window.prompt.set_prompt(SAMPLE_PROMPT)
+        window.prompt.set_prompt(sample_prompt(window.models.target_value()))
         window.prompt.format.setCurrentIndex(window.prompt.format.findData("raw"))
         window.prompt.temperature.setValue(0.0)
         window.prompt.max_tokens.setValue(max_tokens or DEFAULTS.max_tokens)

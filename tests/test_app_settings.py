@@ -288,3 +288,19 @@ def test_loading_a_bundled_pair_swaps_an_untouched_sample_prompt_for_its_own(qtb
     load("demo-hybrid-target", "demo-hybrid-drafter")
     assert w.prompt.prompt() == mine
     assert w.prompt.editor.document().isUndoAvailable()  # the user's text was left alone, not set again
+
+
+def test_a_bundled_target_named_as_the_command_line_takes_it_gets_its_own_sample(qwen3_tied_dirs, sliding_dirs,
+                                                                                 tmp_path, monkeypatch):
+    from engine.models.demo import sample_prompt
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "demo-hybrid-target").symlink_to(sliding_dirs[0])
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    monkeypatch.chdir(tmp_path)
+    own = SAMPLE_PROMPTS["demo-hybrid-target"]
+    assert sample_prompt("demo-hybrid-target") == sample_prompt(str(models / "demo-hybrid-target")) == own
+    assert sample_prompt(qwen3_tied_dirs[0]) == sample_prompt(None) == SAMPLE_PROMPT
+    (tmp_path / "demo-hybrid-target").mkdir()  # a folder of that name here is what --target loads
+    assert sample_prompt("demo-hybrid-target") == SAMPLE_PROMPT

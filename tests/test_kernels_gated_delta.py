@@ -125,10 +125,12 @@ def test_chunked_pass_is_the_recurrence_to_rounding(dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
-def test_chunked_pass_compiled_gives_the_bits_of_its_ops_run_one_by_one(dtype):
+@pytest.mark.parametrize("shape", [dict(T=16, B=1, Hk=2, Hv=4, Dk=32, Dv=32), dict(T=150, B=2, Hk=1, Hv=3)])
+def test_chunked_pass_compiled_gives_the_bits_of_its_ops_run_one_by_one(dtype, shape):
     """It is compiled (a verify's few tokens cost mostly per-op overhead); fusing must not round
-    differently, or a verify would stop matching what the uncompiled pass was tested to give."""
-    q, k, v, g, beta, state = inputs(dtype=dtype, T=16, B=1, Hk=2, Hv=4, Dk=32, Dv=32)
+    differently, or a verify would stop matching what the uncompiled pass was tested to give.
+    A verify's block, and a batched prefill of several chunks."""
+    q, k, v, g, beta, state = inputs(dtype=dtype, **shape)
     with mx.stream(mx.cpu):
         fused = gated_delta_tape(q, k, v, g, beta, state, impl="chunked")
         mx.disable_compile()

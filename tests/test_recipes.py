@@ -167,12 +167,12 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     (run / "run_args.json").write_text(json.dumps({"batch_size": 2, "seq_len": 16, "seed": 0, "vocab_size": 320,
                                                    "split": "gpt2", "steps": 20}))
     (run / "run_args.resume.json").write_text(json.dumps({"steps": 3}))
-    args = build_demo_hybrid.parse_args(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
-                                         "--run-dir", str(run), "--bench-tokens", "6"])
-    summary = build_demo_hybrid.bench_rollbacks(args)
+    assert build_demo_hybrid.main(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
+                                   "--run-dir", str(run), "--bench-tokens", "6"]) == 0
+    summary = json.loads((target / "bench.json").read_text())
     assert set(summary) == {"replay", "rerun"} and all(r["identical"] for r in summary.values())
-    assert json.loads((target / "bench.json").read_text()) == summary
     card = (target / "MODEL_CARD.md").read_text()
+    assert card.count("| replay |") == 1 and "One run of each" in card
     assert "| replay |" in card and "| rerun |" in card and "gpt2 pre-split" in card
     assert build_demo_hybrid.GPT2_SPLIT_NOTE in card and "held-out loss 3.000" in card
     assert "Started with `--steps 20` and resumed with `--steps 3`" in card

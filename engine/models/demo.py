@@ -19,7 +19,8 @@ DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
 SAMPLE_PROMPT = "def fibonacci(n):\n"
 # The hybrid demo target's tokenizer pre-splits as GPT-2's does, joining a newline to the
 # indentation after it: after `def ...:` and a bare newline that target stops or starts a new
-# module. Its sample ends in a newline an unindented line follows (its model card has the figures).
+# module. Its sample ends in a newline an unindented line follows: there it drafts at tau 8.6 over 96
+# tokens, against 1.7 from `def fibonacci(n):` (no newline), a shape its drafter's text had little of.
 SAMPLE_PROMPTS = {"demo-hybrid-target": "import math\n"}
 
 
@@ -63,10 +64,14 @@ def sample_prompt(target: Optional[str | Path]) -> str:
     """The prompt to start with on `target`: its own for a bundled demo target that needs one."""
     if not target:
         return SAMPLE_PROMPT
-    folder = bundled_model(Path(target).name)
-    if folder is None or Path(target).resolve() != folder.resolve():
+    given = Path(target).expanduser()
+    folder = bundled_model(given.name)
+    if folder is None:
         return SAMPLE_PROMPT
-    return SAMPLE_PROMPTS.get(folder.name, SAMPLE_PROMPT)
+    by_name = str(target) == given.name and not given.exists()  # as --target takes it (a local folder wins)
+    if by_name or (given.exists() and given.resolve() == folder.resolve()):
+        return SAMPLE_PROMPTS.get(folder.name, SAMPLE_PROMPT)
+    return SAMPLE_PROMPT
 
 
 def prompt_after_load(prompt: str, target: Optional[str | Path]) -> str:

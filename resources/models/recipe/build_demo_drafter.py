@@ -220,7 +220,7 @@ Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device
 {rows}
 | **overall** | {result['ar_tok_s']:.1f} | {result['dflash_tok_s']:.1f} | {result['speedup']:.2f}x | {result['mean_acceptance_length']:.2f} | {result['draft_ms']:.2f} | {result['verify_ms']:.2f} |
 
-Greedy outputs identical to AR on every prompt: {result['identical']}.
+Greedy outputs identical to AR on every prompt: {result['identical']}.{ended_note(result)}
 {compared_table(result)}
 A DFlash round (draft, verify, rollback, bookkeeping) costs {result['round_ms']:.2f} ms, the time of
 {result['round_in_ar_steps']:.2f} AR steps: DFlash breaks even at tau {result['round_in_ar_steps']:.2f} and reaches 2x
@@ -253,6 +253,17 @@ def line_mix(args, tokens: int) -> str:
         return ""
     return (f" and of {args.line_prompts} line and prose prompts\n  ({tokens:,} tokens; 1-4 lines from anywhere in a file,"
             " half cut before a space, or a comment's words, as in `code_prompts.line_prompts`)")
+
+
+def ended_note(result: dict) -> str:
+    """A sentence on the prompts whose output ended at its first token (no rounds: their tok/s are
+    one token over a prefill's remainder, and they weigh nothing in the overall figures)."""
+    ended = [r for r in result["per_prompt"] if r["speedup"] is None]
+    if not ended:
+        return ""
+    return (f"\n{len(ended)} of {len(result['per_prompt'])} prompts ended at their first token (the target "
+            f"wrote EOS at once), so DFlash never drafted there: their rows have no speedup, and the overall "
+            f"figures come from the other {len(result['per_prompt']) - len(ended)}.")
 
 
 def reproduce_models(args) -> str:
