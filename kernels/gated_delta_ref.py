@@ -91,10 +91,10 @@ def _replay_steps(n: int):
     the replayed state against the forward's bit for bit.
     """
 
-    def replay(state, *taped):
+    def replay(state, k, g, delta):  # the steps' slices are taken inside: outside, 3n graph nodes a layer
+        k = _per_value_head(k, delta.shape[-2])
         for t in range(n):
-            g, k, delta = taped[3 * t : 3 * t + 3]
-            state = _update_ops(_decay(state, g), k, delta)
+            state = _update_ops(_decay(state, g[:, t]), k[:, t], delta[:, t])
         return state
 
     return mx.compile(replay)
@@ -105,10 +105,7 @@ def tape_replay_ref(state: mx.array, k: mx.array, g: mx.array, delta: mx.array) 
 
     k: [B, T, Hk, Dk] (as the forward saw it); g: [B, T, Hv(, Dk)]; delta: [B, T, Hv, Dv].
     """
-    k = _per_value_head(k, delta.shape[-2])
-    n = k.shape[1]
-    taped = [x for t in range(n) for x in (g[:, t], k[:, t], delta[:, t])]
-    return _replay_steps(n)(state, *taped)
+    return _replay_steps(k.shape[1])(state, k, g, delta)
 
 
 def gated_delta_rerun_ref(state: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array) -> mx.array:
