@@ -86,14 +86,20 @@ def test_first_launch_with_demo_pair_runs_in_one_click(qtbot, make_window, qwen3
     assert w.output.plain_text() and w.output.plain_text() == w.rounds_run.summary.text
 
 
-def test_every_bundled_pair_is_listed_the_default_preselected(make_window, qwen3_tied_dirs, sliding_dirs, tmp_path,
-                                                              monkeypatch):
+def bundled_pairs(tmp_path, monkeypatch, dense_dirs, hybrid_dirs):
+    """A models folder holding the dense demo pair and the hybrid one (tiny stand-ins), in use."""
     models = tmp_path / "models"
     models.mkdir()
-    for name, folder in [("demo-target", qwen3_tied_dirs[0]), ("demo-drafter", qwen3_tied_dirs[1]),
-                         ("demo-hybrid-target", sliding_dirs[0]), ("demo-hybrid-drafter", sliding_dirs[1])]:
+    for name, folder in [("demo-target", dense_dirs[0]), ("demo-drafter", dense_dirs[1]),
+                         ("demo-hybrid-target", hybrid_dirs[0]), ("demo-hybrid-drafter", hybrid_dirs[1])]:
         (models / name).symlink_to(folder)
     monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    return models
+
+
+def test_every_bundled_pair_is_listed_the_default_preselected(make_window, qwen3_tied_dirs, sliding_dirs, tmp_path,
+                                                              monkeypatch):
+    models = bundled_pairs(tmp_path, monkeypatch, qwen3_tied_dirs, sliding_dirs)
     w = make_window()
     demo_targets = [e.value for e in w.models.target.entries if e.source == "demo"]
     demo_drafters = [e.value for e in w.models.drafter.entries if e.source == "demo"]
@@ -262,12 +268,7 @@ def test_loading_a_bundled_pair_swaps_an_untouched_sample_prompt_for_its_own(qtb
                                                                               sliding_dirs, tmp_path, monkeypatch):
     """The hybrid demo target stops at a bare trailing newline (its tokenizer joins a newline to the
     indentation after it), so it has its own sample; a prompt the user wrote is never replaced."""
-    models = tmp_path / "models"
-    models.mkdir()
-    for name, folder in [("demo-target", qwen3_tied_dirs[0]), ("demo-drafter", qwen3_tied_dirs[1]),
-                         ("demo-hybrid-target", sliding_dirs[0]), ("demo-hybrid-drafter", sliding_dirs[1])]:
-        (models / name).symlink_to(folder)
-    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    models = bundled_pairs(tmp_path, monkeypatch, qwen3_tied_dirs, sliding_dirs)
     w = make_window()
     assert w.prompt.prompt() == SAMPLE_PROMPT
 
@@ -294,10 +295,7 @@ def test_a_bundled_target_named_as_the_command_line_takes_it_gets_its_own_sample
                                                                                  tmp_path, monkeypatch):
     from engine.models.demo import sample_prompt
 
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / "demo-hybrid-target").symlink_to(sliding_dirs[0])
-    monkeypatch.setenv("DFLASH_MODELS_DIR", str(models))
+    models = bundled_pairs(tmp_path, monkeypatch, qwen3_tied_dirs, sliding_dirs)
     monkeypatch.chdir(tmp_path)
     own = SAMPLE_PROMPTS["demo-hybrid-target"]
     assert sample_prompt("demo-hybrid-target") == sample_prompt(str(models / "demo-hybrid-target")) == own

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 
+def without_rounds(per_prompt: list[dict]) -> list[dict]:
+    """The prompts whose output ended at its first token, before DFlash drafted anything."""
+    return [r for r in per_prompt if not r["rounds"]]
+
+
 def _say_no_rounds(per_prompt: list[dict]) -> None:
     """One line naming the prompts whose output ended before DFlash drafted anything (none: nothing)."""
-    names = [repr(r["prompt"][:30]) for r in per_prompt if not r["rounds"]]
+    names = [repr(r["prompt"][:30]) for r in without_rounds(per_prompt)]
     if names:
         print(f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
               f"no speedup: {', '.join(names)}")

@@ -42,6 +42,7 @@ from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
+from engine.tools.bench_report import without_rounds  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
 
@@ -258,7 +259,7 @@ def line_mix(args, tokens: int) -> str:
 def ended_note(result: dict) -> str:
     """A sentence on the prompts whose output ended at its first token (no rounds: their tok/s are
     one token over a prefill's remainder, and they weigh nothing in the overall figures)."""
-    ended = [r for r in result["per_prompt"] if r["speedup"] is None]
+    ended = without_rounds(result["per_prompt"])
     if not ended:
         return ""
     return (f"\n{len(ended)} of {len(result['per_prompt'])} prompts ended at their first token (the target "

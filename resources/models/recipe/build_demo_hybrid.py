@@ -302,10 +302,10 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
                   f"(perplexity {math.exp(r['heldout_loss']):.1f}).",
                   f"- Tokenizer: byte-level BPE, vocab {t['vocab_size']}, {split} pre-split."]
         resumed = run_dir / "run_args.resume.json"
-        if resumed.is_file() and json.loads(resumed.read_text())["steps"] != t["steps"]:
-            lines.append(f"- Started with `--steps {t['steps']}` and resumed with `--steps "
-                         f"{json.loads(resumed.read_text())['steps']}`: the learning-rate schedule changed at "
-                         "the resume (the run folder's log says at which step).")
+        steps_after = json.loads(resumed.read_text())["steps"] if resumed.is_file() else t["steps"]
+        if steps_after != t["steps"]:
+            lines.append(f"- Started with `--steps {t['steps']}` and resumed with `--steps {steps_after}`: the "
+                         "learning-rate schedule changed at the resume (the run folder's log says at which step).")
         lines += [""] + ([GPT2_SPLIT_NOTE, ""] if split == "gpt2" else [])
     lines += [f"## Benchmark (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas})", "",
               "Reproduce with `dflash-playground bench --target demo-hybrid-target --drafter demo-hybrid-drafter "
