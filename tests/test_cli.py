@@ -119,6 +119,30 @@ def test_no_prompt_says_what_to_do(qwen3_tied_dirs, capsys):
     assert "--prompt" in capsys.readouterr().err
 
 
+def test_bench_warms_up_on_a_prompt_that_drafts(oracle_eos_dirs, oracle_ids, monkeypatch):
+    """The warm-up must run a round: when the first prompt ends at its first token, the first
+    prompt that drafts would otherwise pay for compiling the round's kernels inside its timing."""
+    from engine.decode.settings import GenerationSettings
+    from engine.models.pair import load_pair
+    from engine.tools import bench
+
+    pair = load_pair(*oracle_eos_dirs)
+    ends_at_once, drafts, never_needed = [7, oracle_ids[0]], [7, 8], [9, 10]  # after oracle_ids[0]: EOS
+    seen = []
+    real = bench.run_once
+
+    def spy(pair, ids, settings, cancel):
+        out = real(pair, ids, settings, cancel)
+        if settings.mode == "dflash":
+            seen.append((ids, any(r.drafted for r in out[1])))
+        return out
+
+    monkeypatch.setattr(bench, "run_once", spy)
+    bench.warm_up(pair, [ends_at_once, drafts, never_needed], GenerationSettings(mode="ar", max_tokens=8),
+                  GenerationSettings(max_tokens=8), None)
+    assert seen == [(ends_at_once, False), (drafts, True)]
+
+
 def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, tmp_path, capsys):
     """An output that ends at its first token has no rounds: its speedup is no figure, not a ratio
     of two prefills, and both tables name the prompt instead of crashing or ranking it worst."""
@@ -129,7 +153,10 @@ def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, 
     row = out["per_prompt"][0]
     assert row["rounds"] == 0 and row["speedup"] is None and row["ar_tokens"] == 1
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8"]) == 0
-    assert "1 prompt(s) ended at their first token" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "1 prompt(s) ended at their first token" in text
+    row = next(line for line in text.splitlines() if line.startswith("hello world"))
+    assert not any(c.isdigit() for c in row), row  # no rate from one token over no time
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
                 "--block-sizes", "2,auto"]) == 0
     text = capsys.readouterr().out

@@ -16,12 +16,19 @@ def _say_no_rounds(per_prompt: list[dict]) -> None:
               f"no speedup: {', '.join(names)}")
 
 
+def _ar_cell(row: dict, width: int) -> str:
+    """AR tok/s of a prompt, "-" where the output ended at its first token: one token over a decode
+    of almost no time is no rate (it printed as 20000 tok/s)."""
+    return f"{row['ar_tok_s']:{width}.1f}" if row["rounds"] or row["prompt"] == "OVERALL" else "-".rjust(width)
+
+
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
     print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
     for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + "".join(f"{row[c]:>14.3f}" if row[c] is not None else "-".rjust(14) for c in cols))
+        print(label.ljust(32) + _ar_cell(row, 14) + "".join(
+            f"{row[c]:>14.3f}" if row[c] is not None and row["rounds"] else "-".rjust(14) for c in cols[1:]))
     _say_no_rounds(result["per_prompt"])
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
@@ -53,7 +60,7 @@ def print_compared(result: dict) -> None:
         label = ("OVERALL" if cells is drafters else cells[0]["prompt"]).replace("\n", "\\n")[:30]
         figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
                            c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
-        print(label.ljust(32) + f"{cells[0]['ar_tok_s']:10.1f}" + figures)
+        print(label.ljust(32) + _ar_cell(dict(cells[0], prompt=label), 10) + figures)
     worst = [min((r for r in d["per_prompt"] if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
              for d in drafters]
     print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
@@ -65,7 +72,7 @@ def print_block_sizes(result: dict) -> None:
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
     for row in result["per_prompt"]:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + f"{row['ar_tok_s']:10.1f}" + "".join(
+        print(label.ljust(32) + _ar_cell(row, 10) + "".join(
             f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
     _say_no_rounds(result["per_prompt"])
     print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")

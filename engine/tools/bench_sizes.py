@@ -68,7 +68,8 @@ def run_block_sizes(
     curve, _ = cost_curve(pair, progress=progress, cancel=cancel)
     ar_settings = replace(settings, mode="ar")
     progress("warm-up")
-    warm_up(pair, prompts[0][1], ar_settings, _settings_for(settings, sizes[0]), cancel)
+    for size in sizes:  # each size verifies blocks of its own shapes, compiled on first use
+        warm_up(pair, [ids for _, ids in prompts], ar_settings, _settings_for(settings, size), cancel)
 
     ar_all: list = []
     runs: dict[Size, list] = {s: [] for s in sizes}  # (summary, rounds) per prompt and repeat
