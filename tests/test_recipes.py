@@ -176,3 +176,11 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     assert "| replay |" in card and "| rerun |" in card and "gpt2 pre-split" in card
     assert build_demo_hybrid.GPT2_SPLIT_NOTE in card and "held-out loss 3.000" in card
     assert "Started with `--steps 20` and resumed with `--steps 3`" in card
+
+    # benched again once the run folder is gone: the card's training section is kept, the figures redone
+    (target / "MODEL_CARD.md").write_text(card.replace("| replay |", "| old replay |"))
+    assert build_demo_hybrid.main(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
+                                   "--run-dir", str(tmp_path / "gone"), "--bench-tokens", "6"]) == 0
+    again = (target / "MODEL_CARD.md").read_text()
+    assert "old replay" not in again and again.count("| replay |") == 1
+    assert again[: again.index("## Benchmark")] == card[: card.index("## Benchmark")]
