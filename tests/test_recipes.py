@@ -153,6 +153,32 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
     assert (out / "model.safetensors").read_bytes() == weights
 
 
+def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_dirs, tmp_path):
+    """A prompt whose output ends at its first token has no rounds: its row says so instead of an AR
+    rate of one token over no time (it printed 23809.5 tok/s and a speedup of '-x'), and a card
+    whose prompts all ended so is still written (the overall row has no figures either)."""
+    import shutil
+
+    import build_demo_drafter
+
+    target, drafter = oracle_first_eos_dirs
+    out = tmp_path / "drafter"
+    shutil.copytree(drafter, out)
+    (out / "MODEL_CARD.md").write_text("# drafter\n\n## Benchmark\n\nold figures\n")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello world"}\n{"prompt": "goodbye"}\n')
+    args = build_demo_drafter.parse_args(["--rebench", "--target", str(target), "--out", str(out),
+                                          "--bench-prompts", str(prompts), "--bench-tokens", "8", "--bench-repeats", "1",
+                                          "--compare-drafter", str(drafter)])
+    assert build_demo_drafter.rebench(args) == 0
+    card = (out / "MODEL_CARD.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith(("| `hello world`", "| `goodbye`", "| **overall**"))]
+    assert len(rows) == 6, rows  # the per-prompt table and the drafters' table, each with its overall row
+    assert sum("ended at its first token" in line for line in rows) == 2
+    assert not any(c.isdigit() for line in rows for c in line.split("|", 2)[2]), rows
+    assert "2 of 2 prompts ended at their first token" in card
+
+
 def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path, tokenizer_dir):
     """The bench stage runs once a pair has trained for hours: it must write its card and bench.json
     (both rollback modes, the training run's settings and what a GPT-2 pre-split costs)."""

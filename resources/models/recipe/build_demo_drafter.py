@@ -200,15 +200,13 @@ BENCH_HEADING = "## Benchmark"
 
 def bench_section(args, result: dict) -> str:
     """The card's benchmark section, from `bench --json` output."""
-    def num(value, spec: str) -> str:  # a prompt whose output ended at once has no rounds: no tau, no times
-        return "-" if value is None else format(value, spec)
+    def row(r: dict, label: str, why: str = "ended at its first token") -> str:
+        if not r["rounds"]:  # one token over no time is no rate, and there is no tau
+            return f"{label} - | - | - ({why}) | - | - | - |"
+        return (f"{label} {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | {r['speedup']:.2f}x | "
+                f"{r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |")
 
-    rows = "\n".join(
-        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {num(r['ar_tok_s'], '.1f')} | {num(r['dflash_tok_s'], '.1f')} | "
-        f"{num(r['speedup'], '.2f')}x | {num(r['mean_acceptance_length'], '.2f')} | {num(r['draft_ms'], '.2f')} | "
-        f"{num(r['verify_ms'], '.2f')} |"
-        for r in result["per_prompt"]
-    )
+    rows = "\n".join(row(r, f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` |") for r in result["per_prompt"])
     return f"""## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
 
 Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --block-size 16 --raw` (prompts encoded raw, as the pair was trained).
@@ -219,10 +217,17 @@ Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device
 | prompt | AR tok/s | DFlash tok/s | speedup | tau | draft ms | verify ms |
 | --- | ---: | ---: | ---: | ---: | ---: | ---: |
 {rows}
-| **overall** | {result['ar_tok_s']:.1f} | {result['dflash_tok_s']:.1f} | {result['speedup']:.2f}x | {result['mean_acceptance_length']:.2f} | {result['draft_ms']:.2f} | {result['verify_ms']:.2f} |
+{row(result, "| **overall** |", "no prompt drafted")}
 
 Greedy outputs identical to AR on every prompt: {result['identical']}.{ended_note(result)}
-{compared_table(result)}
+{compared_table(result)}{round_cost(result)}"""
+
+
+def round_cost(result: dict) -> str:
+    """What a round costs in AR steps, and where drafts were accepted (nothing when no round ran)."""
+    if not result["rounds"]:
+        return ""
+    return f"""
 A DFlash round (draft, verify, rollback, bookkeeping) costs {result['round_ms']:.2f} ms, the time of
 {result['round_in_ar_steps']:.2f} AR steps: DFlash breaks even at tau {result['round_in_ar_steps']:.2f} and reaches 2x
 at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at block position k was accepted:
@@ -289,14 +294,17 @@ def compared_table(result: dict) -> str:
     def t(v) -> str:
         return "-" if v is None else f"{v:.2f}"
 
+    def ar_rate(r: dict) -> str:  # ended at its first token: one token over no time is no rate
+        return f"{r['ar_tok_s']:.1f}" if r["rounds"] else "-"
+
     head = " | ".join(f"{Path(o['drafter']).name} speedup | tau" for o in others)
     rows = "\n".join(
-        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {r['ar_tok_s']:.1f} | {x(r['speedup'])} | "
+        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {ar_rate(r)} | {x(r['speedup'])} | "
         f"{t(r['mean_acceptance_length'])} | "
         + " | ".join(f"{x(o['per_prompt'][i]['speedup'])} | {t(o['per_prompt'][i]['mean_acceptance_length'])}"
                      for o in others) + " |"
         for i, r in enumerate(result["per_prompt"]))
-    overall = (f"| **overall** | {result['ar_tok_s']:.1f} | {x(result['speedup'])} | "
+    overall = (f"| **overall** | {ar_rate(result)} | {x(result['speedup'])} | "
                f"{t(result['mean_acceptance_length'])} | "
                + " | ".join(f"{x(o['speedup'])} | {t(o['mean_acceptance_length'])}" for o in others) + " |")
     cols = 3 + 2 * len(others)
