@@ -198,7 +198,7 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     summary = json.loads((target / "bench.json").read_text())
     assert set(summary) == {"replay", "rerun"} and all(r["identical"] for r in summary.values())
     card = (target / "MODEL_CARD.md").read_text()
-    assert card.count("| replay |") == 1 and "One run of each" in card
+    assert card.count("| replay |") == 1 and "beside its own AR runs" in card
     assert "| replay |" in card and "| rerun |" in card and "gpt2 pre-split" in card
     assert build_demo_hybrid.GPT2_SPLIT_NOTE in card and "held-out loss 3.000" in card
     assert "Started with `--steps 20` and resumed with `--steps 3`" in card
