@@ -16,18 +16,19 @@ def _say_no_rounds(per_prompt: list[dict]) -> None:
               f"no speedup: {', '.join(names)}")
 
 
-def _ar_cell(row: dict, width: int) -> str:
+def _ar_cell(row: dict, width: int, overall: bool = False) -> str:
     """AR tok/s of a prompt, "-" where the output ended at its first token: one token over a decode
     of almost no time is no rate (it printed as 20000 tok/s)."""
-    return f"{row['ar_tok_s']:{width}.1f}" if row["rounds"] or row["prompt"] == "OVERALL" else "-".rjust(width)
+    return f"{row['ar_tok_s']:{width}.1f}" if row["rounds"] or overall else "-".rjust(width)
 
 
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
     print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
-    for row in result["per_prompt"] + [dict(result, prompt="OVERALL")]:
+    rows = [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]
+    for row, overall in rows:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + _ar_cell(row, 14) + "".join(
+        print(label.ljust(32) + _ar_cell(row, 14, overall) + "".join(
             f"{row[c]:>14.3f}" if row[c] is not None and row["rounds"] else "-".rjust(14) for c in cols[1:]))
     _say_no_rounds(result["per_prompt"])
     if result["round_in_ar_steps"]:
@@ -60,7 +61,7 @@ def print_compared(result: dict) -> None:
         label = ("OVERALL" if cells is drafters else cells[0]["prompt"]).replace("\n", "\\n")[:30]
         figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
                            c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
-        print(label.ljust(32) + _ar_cell(dict(cells[0], prompt=label), 10) + figures)
+        print(label.ljust(32) + _ar_cell(cells[0], 10, overall=cells is drafters) + figures)
     worst = [min((r for r in d["per_prompt"] if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
              for d in drafters]
     print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
