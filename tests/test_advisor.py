@@ -70,6 +70,23 @@ def test_bench_block_sizes_measures_each_and_predicts_them(alternating_dirs, tmp
     assert set(result["per_prompt"][0]["speedup"]) == {"2", "4", "auto"}
 
 
+def test_bench_block_sizes_warms_up_every_size(alternating_dirs, tmp_path, monkeypatch, capsys):
+    """Each size verifies blocks of its own shapes, compiled on first use: each gets a warm-up, so
+    no size's first prompt pays for compiling inside its timing."""
+    from engine.tools import bench_sizes
+
+    warmed = []
+    real = bench_sizes.warm_up
+    monkeypatch.setattr(bench_sizes, "warm_up", lambda pair, ids, ar, df, cancel: (
+        warmed.append("auto" if df.auto else df.block_size), real(pair, ids, ar, df, cancel)))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a b"}\n')
+    target, drafter = alternating_dirs
+    assert cli(["bench", "--target", str(target), "--drafter", str(drafter), "--prompts", str(prompts),
+                "--max-tokens", "8", "--block-sizes", "2,4,auto", "--raw"]) == 0
+    assert warmed == [2, 4, "auto"]
+
+
 @pytest.mark.parametrize("sizes,message", [("2,x", "'x' is not a whole number"), ("0,4", "0 is outside"),
                                            ("auto", "at least one fixed size")])
 def test_bad_block_sizes_are_one_line_before_loading(sizes, message, tmp_path, capsys):

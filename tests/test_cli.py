@@ -155,9 +155,12 @@ def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, 
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8"]) == 0
     text = capsys.readouterr().out
     assert "1 prompt(s) ended at their first token" in text
-    row = next(line for line in text.splitlines() if line.startswith("hello world"))
-    assert not any(c.isdigit() for c in row), row  # no rate from one token over no time
+    for name in ("hello world", "OVERALL"):  # no rate from one token over no time, per prompt or overall
+        row = next(line for line in text.splitlines() if line.startswith(name))
+        assert not any(c.isdigit() for c in row), row
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
                 "--block-sizes", "2,auto"]) == 0
     text = capsys.readouterr().out
     assert "'hello world'" in text and "ended at their first token" in text
+    row = next(line for line in text.splitlines() if line.startswith("hello world"))
+    assert not any(c.isdigit() for c in row), row

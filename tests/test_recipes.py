@@ -177,6 +177,9 @@ def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_d
     assert sum("ended at its first token" in line for line in rows) == 2
     assert not any(c.isdigit() for line in rows for c in line.split("|", 2)[2]), rows
     assert "2 of 2 prompts ended at their first token" in card
+    tables = [[line for line in block.splitlines() if line.startswith("|")] for block in card.split("\n\n")]
+    for table in (t for t in tables if t):  # every row as many cells as its header, or it renders as text
+        assert {line.count("|") for line in table} == {table[0].count("|")}, table
 
 
 def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path, tokenizer_dir):

@@ -86,6 +86,7 @@ def run_block_sizes(
         per_prompt.append({
             "prompt": text,
             "ar_tok_s": round(ar_tok_s, 3),
+            "ar_tokens": sum(s.num_generated for s in ar_runs),
             "rounds": min(rounds.values()),
             # no rounds at a size: the output ended at its first token, and a ratio would be noise
             "speedup": {str(s): round(tok_per_s([m[0] for m in mine[s]]) / ar_tok_s, 4) if rounds[s] else None

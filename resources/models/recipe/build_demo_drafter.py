@@ -207,7 +207,7 @@ def bench_section(args, result: dict) -> str:
                 f"{r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |")
 
     rows = "\n".join(row(r, f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` |") for r in result["per_prompt"])
-    return f"""## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeats, AR and DFlash in one run)
+    return f"""## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeat{'s' * (result['repeats'] != 1)}, AR and DFlash in one run)
 
 Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --block-size 16 --raw` (prompts encoded raw, as the pair was trained).
 
@@ -268,7 +268,7 @@ def ended_note(result: dict) -> str:
     if not ended:
         return ""
     return (f"\n{len(ended)} of {len(result['per_prompt'])} prompts ended at their first token (the target "
-            f"wrote EOS at once), so DFlash never drafted there: their rows have no speedup, and the overall "
+            f"wrote EOS at once), so DFlash never drafted there: their rows have no figures, and the overall "
             f"figures come from the other {len(result['per_prompt']) - len(ended)}.")
 
 
@@ -307,7 +307,7 @@ def compared_table(result: dict) -> str:
     overall = (f"| **overall** | {ar_rate(result)} | {x(result['speedup'])} | "
                f"{t(result['mean_acceptance_length'])} | "
                + " | ".join(f"{x(o['speedup'])} | {t(o['mean_acceptance_length'])}" for o in others) + " |")
-    cols = 3 + 2 * len(others)
+    cols = 4 + 2 * len(others)  # prompt, AR tok/s, this drafter's speedup and tau, then two a drafter
     return f"""
 ### Beside {", ".join(f"`{Path(o['drafter']).name}`" for o in others)} (same AR runs, same bench)
 
