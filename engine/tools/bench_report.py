@@ -16,19 +16,19 @@ def _say_no_rounds(per_prompt: list[dict]) -> None:
               f"no speedup: {', '.join(names)}")
 
 
-def _ar_cell(row: dict, width: int, runs: int) -> str:
+def _ar_cell(result: dict, row: dict, width: int, overall: bool = False) -> str:
     """AR tok/s, "-" where each AR run wrote one token (the output ended at its first): one token
     over a decode of almost no time is no rate (it printed as 20000 tok/s)."""
+    runs = result["repeats"] * (len(result["per_prompt"]) if overall else 1)
     return f"{row['ar_tok_s']:{width}.1f}" if row["ar_tokens"] > runs else "-".rjust(width)
 
 
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
     print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
-    repeats, prompts = result["repeats"], len(result["per_prompt"])
-    for row, runs in [(r, repeats) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), repeats * prompts)]:
+    for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + _ar_cell(row, 14, runs) + "".join(
+        print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
             f"{row[c]:>14.3f}" if row[c] is not None and row["rounds"] else "-".rjust(14) for c in cols[1:]))
     _say_no_rounds(result["per_prompt"])
     if result["round_in_ar_steps"]:
@@ -61,8 +61,7 @@ def print_compared(result: dict) -> None:
         label = ("OVERALL" if cells is drafters else cells[0]["prompt"]).replace("\n", "\\n")[:30]
         figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
                            c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
-        runs = result["repeats"] * (len(result["per_prompt"]) if cells is drafters else 1)
-        print(label.ljust(32) + _ar_cell(cells[0], 10, runs) + figures)
+        print(label.ljust(32) + _ar_cell(result, cells[0], 10, overall=cells is drafters) + figures)
     worst = [min((r for r in d["per_prompt"] if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
              for d in drafters]
     print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
@@ -74,7 +73,7 @@ def print_block_sizes(result: dict) -> None:
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
     for row in result["per_prompt"]:
         label = row["prompt"].replace("\n", "\\n")[:30]
-        print(label.ljust(32) + _ar_cell(row, 10, result["repeats"]) + "".join(
+        print(label.ljust(32) + _ar_cell(result, row, 10) + "".join(
             f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
     _say_no_rounds(result["per_prompt"])
     print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")

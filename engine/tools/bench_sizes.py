@@ -68,8 +68,9 @@ def run_block_sizes(
     curve, _ = cost_curve(pair, progress=progress, cancel=cancel)
     ar_settings = replace(settings, mode="ar")
     progress("warm-up")
+    all_ids = [ids for _, ids in prompts]
     for size in sizes:  # each size verifies blocks of its own shapes, compiled on first use
-        warm_up(pair, [ids for _, ids in prompts], ar_settings, _settings_for(settings, size), cancel)
+        warm_up(pair, all_ids, ar_settings, _settings_for(settings, size), cancel)
 
     ar_all: list = []
     runs: dict[Size, list] = {s: [] for s in sizes}  # (summary, rounds) per prompt and repeat

@@ -58,6 +58,7 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 import build_demo_target as dense  # noqa: E402  (data, schedule, checkpoints, output: shared recipe)
+from build_demo_drafter import BENCH_HEADING  # noqa: E402  (where a card's figures start, as --rebench rewrites)
 from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 
@@ -250,7 +251,6 @@ def train_drafter(args) -> None:
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-BENCH_HEADING = "## Benchmark"  # where the card's figures start; a re-bench rewrites from here down
 GPT2_SPLIT_NOTE = (
     "The GPT-2 pre-split joins a newline to the indentation after it (`):` then `\\n    `), so this "
     "target never saw a bare newline token where an indented line follows: after a prompt that ends "
@@ -299,11 +299,8 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
              "modules by `resources/models/recipe/build_demo_hybrid.py` (demo-target's corpus recipe).",
              "Its drafter is `demo-hybrid-drafter`; that card has the per-prompt figures.", ""]
     run_dir, old_card = Path(args.run_dir), Path(args.out) / "MODEL_CARD.md"
-    if not (run_dir / "report.json").is_file() and old_card.is_file() and BENCH_HEADING in old_card.read_text():
-        # benched again without the training run's folder: the card's training section stays as it was
-        text = old_card.read_text()
-        lines = text[: text.index(BENCH_HEADING)].rstrip("\n").split("\n") + [""]
-    elif (run_dir / "report.json").is_file():
+    old_text = old_card.read_text() if old_card.is_file() else ""
+    if (run_dir / "report.json").is_file():
         r = json.loads((run_dir / "report.json").read_text())
         t = json.loads((run_dir / "run_args.json").read_text())  # the training run's own settings
         split = t.get("split", "gpt2")
@@ -318,6 +315,8 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
             lines.append(f"- Started with `--steps {t['steps']}` and resumed with `--steps {steps_after}`: the "
                          "learning-rate schedule changed at the resume (the run folder's log says at which step).")
         lines += [""] + ([GPT2_SPLIT_NOTE, ""] if split == "gpt2" else [])
+    elif BENCH_HEADING in old_text:  # benched again without the training run's folder: that section stays
+        lines = old_text[: old_text.index(BENCH_HEADING)].rstrip("\n").split("\n") + [""]
     lines += [f"{BENCH_HEADING} (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas})", "",
               "Reproduce with `dflash-playground bench --target demo-hybrid-target --drafter demo-hybrid-drafter "
               f"--prompts resources/models/recipe/bench_prompts.jsonl --max-tokens {args.bench_tokens} "
