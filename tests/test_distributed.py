@@ -213,6 +213,64 @@ def test_a_rank_that_dies_gives_one_line_from_rank_0(tmp_path):
     assert "rank 0 exit 2" in proc.stdout or "rank 0 exited with code 2" in proc.stderr
 
 
+@pytest.mark.parametrize("code", [0, 2])
+def test_sigterm_says_why_from_before_joining_until_a_failed_rank_exits(monkeypatch, code):
+    """mlx.launch ends every rank once one fails, at any moment: while this one still leaves join()
+    (seen: rank 0 silent, exit -15, 3 runs in 40), or after a failed command returned but before the
+    process exited (exit -15 again). So the handler is in place as the group stands (not before:
+    MLX's init holds the GIL, a Python handler could not run and mlx.launch would wait on the rank),
+    and a failed command keeps it; a command that succeeded hands SIGTERM back as it found it."""
+    import signal
+
+    from engine.runtime import distributed
+    from engine.tools import cli_run
+
+    before = signal.getsignal(signal.SIGTERM)
+    during_join = []
+
+    def join(joined):
+        during_join.append(signal.getsignal(signal.SIGTERM))  # while MLX's init waits: untouched
+        joined()
+        during_join.append(signal.getsignal(signal.SIGTERM))  # the group stands: in place
+        return distributed.SINGLE  # one rank: nothing to shard, the handler runs as for any command
+
+    monkeypatch.setattr(distributed, "launched_backend", lambda: "ring")
+    monkeypatch.setattr(distributed, "join", join)
+
+    class Args:
+        command, debug = "generate", False
+
+    try:
+        assert cli_run.run_command(None, Args(), {"generate": lambda args: code}) == code
+        assert during_join == [before, cli_run._terminated]
+        assert signal.getsignal(signal.SIGTERM) is (before if code == 0 else cli_run._terminated)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_the_error_line_is_written_with_sigterm_held_back(monkeypatch):
+    """A SIGTERM landing mid-line ran the handler, which saw the line as said and exited: the job
+    ended with no line (1 run in 45). While the line is written, SIGTERM waits."""
+    import io
+    import signal
+
+    from engine.tools import cli_run
+
+    held = []
+
+    class Stderr(io.StringIO):
+        def write(self, text):
+            held.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    monkeypatch.setattr(cli_run, "_SPOKE", False)
+    cli_run._say("error: one line")
+    cli_run._say("error: a second line is never written")
+    assert sys.stderr.getvalue() == "error: one line\n" and held and all(held)
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # and is let through after
+
+
 def test_a_hung_rank_is_noticed_by_the_watchdog(tmp_path):
     """Rank 1 stops answering (but stays alive): rank 0's watchdog ends the job with one line."""
     script = _rank_job("""

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import mlx.core as mx
 
@@ -73,19 +73,29 @@ def _nonempty(path: str) -> bool:
         return True  # let init() name the unreadable hostfile
 
 
-def join() -> Ranks:
-    """Join the launched group, or return SINGLE when this process was started on its own."""
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (0 where none did): known before joining."""
+    return int(os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+
+
+def join(joined: Callable[[], None] = lambda: None) -> Ranks:
+    """Join the launched group, or return SINGLE when this process was started on its own.
+
+    `joined` runs the moment the group stands. A peer that fails at once makes mlx.launch end this
+    rank then, so a caller's SIGTERM handler belongs there: set earlier, it could not run while
+    MLX's init waits in C++ holding the GIL, and mlx.launch would wait on this rank (up to
+    JOIN_TIMEOUT_S) instead of ending it."""
     backend = launched_backend()
     if backend is None:
         return SINGLE
     if not mx.distributed.is_available(backend):
         raise DistributedError(f"this MLX build has no '{backend}' distributed backend; "
                                "start the job with `mlx.launch --backend ring`.")
-    rank = int(os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    guard = _join_guard(rank, backend)
+    guard = _join_guard(launched_rank(), backend)
     try:
         group = mx.distributed.init(strict=True, backend=backend)
         mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group))
+        joined()
     except (RuntimeError, ValueError) as exc:
         raise DistributedError(f"the {backend} backend could not start ({' '.join(str(exc).split())}); "
                                "check the hostfile's addresses and that every host can reach the others.") from None
