@@ -70,13 +70,16 @@ def test_a_cpu_target_gets_the_kernels_and_stays_lossless(qwen3_tied_dirs, monke
 
     pair = load_pair(*qwen3_tied_dirs)
     assert pair.facts()["cpu_kernels"] and "mlx_lm.models.qwen3.swiglu" in pair.cpu_kernels
-    assert qwen3.swiglu.stock is not None  # the model file's function dispatches now
+    assert "mlx_lm.models.qwen3.scaled_dot_product_attention" in pair.cpu_kernels
+    assert qwen3.swiglu.stock is not None  # the model file's functions dispatch now
+    assert qwen3.scaled_dot_product_attention.stock is not None
     with_kernels = _dflash_and_ar(pair, "import json\n\nclass Decoder:\n")
     assert with_kernels[0] == with_kernels[1]  # DFlash (verifies through the kernels) == AR
 
     monkeypatch.setenv(DISABLE_ENV, "1")
     plain = load_pair(*qwen3_tied_dirs)
     assert plain.cpu_kernels == () and not hasattr(qwen3.swiglu, "stock")
+    assert not hasattr(qwen3.scaled_dot_product_attention, "stock")
     without = _dflash_and_ar(plain, "import json\n\nclass Decoder:\n")
     assert without == with_kernels  # the same text either way on this prompt
     monkeypatch.delenv(DISABLE_ENV)

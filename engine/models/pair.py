@@ -40,7 +40,7 @@ class LoadedPair:
     ranks: Ranks = SINGLE
     sharding: Optional[str] = None  # "tensor" or "pipeline" when the target is split across ranks
     collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
-    cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions replaced by kernels/cpu_swiglu.py
+    cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/cpu_kernels.py)
 
     def collectives_per_round(self) -> int:
         """Collectives in one verify forward and its agreement: tensor parallel sums the attention (or

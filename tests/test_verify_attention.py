@@ -1,0 +1,95 @@
+"""kernels/verify_attention.py: the host path and MLX's own attention against the pure-MLX reference,
+its gradients, and which calls the dispatcher sends where."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kernels import verify_attention as va
+
+SHAPES = [  # (Hq, Hkv, L, S, D)
+    (4, 2, 16, 1416, 32),  # the demo target's verify at depth
+    (4, 4, 2, 3, 16),  # a block longer than the context before it
+    (8, 2, 5, 40, 64),
+    (6, 3, 64, 80, 32),
+]
+
+
+def _qkv(Hq, Hkv, L, S, D, seed=0):
+    rng = np.random.default_rng(seed)
+    return (mx.array(rng.normal(0, 1, (1, Hq, L, D)).astype(np.float32)),
+            mx.array(rng.normal(0, 1, (1, Hkv, S, D)).astype(np.float32)),
+            mx.array(rng.normal(0, 1, (1, Hkv, S, D)).astype(np.float32)))
+
+
+def _float64_attention(q, k, v, scale, allowed):
+    q, k, v = (np.array(a).astype(np.float64) for a in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    s = q @ k.swapaxes(-1, -2) * scale
+    if allowed is not None:
+        s = np.where(allowed, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("mask", [None, "causal", "window"])
+def test_host_path_and_mlx_equal_the_reference_and_float64(shape, mask):
+    Hq, Hkv, L, S, D = shape
+    q, k, v = _qkv(*shape)
+    scale = D**-0.5
+    if mask == "window":  # a sliding window's boolean mask, as mlx-lm builds one
+        mask = va.causal_allowed(L, S) & (mx.arange(S)[None] > (S - L) + mx.arange(L)[:, None] - 7)
+    allowed = None if mask is None else np.array(va.causal_allowed(L, S) if isinstance(mask, str) else mask)
+    want = va.reference(q, k, v, scale, mask)
+    np.testing.assert_allclose(np.array(want), _float64_attention(q, k, v, scale, allowed), atol=2e-6, rtol=1e-5)
+    for got in (va.host_attention(q, k, v, scale, mask),
+                mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)):
+        np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6, rtol=1e-5)
+
+
+def test_rows_processed_in_chunks_give_the_result_of_one_pass(monkeypatch):
+    """Chunks bound the score matrix of long calls; BLAS rounds each chunk's matmul its own way."""
+    q, k, v = _qkv(4, 2, 12, 30, 16, seed=3)
+    whole = np.array(va.host_attention(q, k, v, 0.25, "causal"))
+    monkeypatch.setattr(va, "CHUNK_SCORES", 4 * 30 * 5)  # five rows a chunk: chunks of 5, 5 and 2
+    assert len(va._chunks(12, 4, 30)) == 3
+    np.testing.assert_allclose(np.array(va.host_attention(q, k, v, 0.25, "causal")), whole, atol=1e-6, rtol=1e-5)
+
+
+def test_gradients_equal_the_references(monkeypatch):
+    """Training long windows goes through the NumPy backward: it must be attention's gradient."""
+    monkeypatch.setattr(va, "CHUNK_SCORES", 4 * 24 * 5)  # several chunks of rows
+    q, k, v = _qkv(4, 2, 24, 24, 16, seed=5)
+    weights = mx.array(np.random.default_rng(6).normal(0, 1, (1, 4, 24, 16)).astype(np.float32))
+    attend = va.host_attention_trainable(0.25, "causal")
+
+    def loss(f):
+        return lambda a, b, c: (f(a, b, c) * weights).sum()
+
+    mine = mx.grad(loss(attend), argnums=(0, 1, 2))(q, k, v)
+    theirs = mx.grad(loss(lambda a, b, c: va.reference(a, b, c, 0.25, "causal")), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(mine, theirs):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5, rtol=1e-4)
+
+
+def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
+    sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
+    q, k, v = _qkv(4, 2, 16, 40, 16)
+    plain = object()
+    assert isinstance(sdpa(q, k, v, plain, 0.25, "causal"), mx.array)  # a verify block
+    assert sdpa(q[:, :, :1], k, v, plain, 0.25, None) == "stock"  # a one-token step: AR unchanged
+    prefill = mx.zeros((1, 4, va.MAX_ROWS + 1, 16))
+    assert sdpa(prefill, k, v, plain, 0.25, "causal") == "stock"
+    half = [a.astype(mx.float16) for a in (q, k, v)]
+    assert sdpa(*half, plain, 0.25, "causal") == "stock"
+    assert sdpa(q, k, v, plain, 0.25, "causal", sinks=mx.zeros((4,))) == "stock"
+
+    class Quantized:
+        bits = 4
+
+    assert sdpa(q, k, v, Quantized(), 0.25, "causal") == "stock"
+    assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 40))) == "stock"  # an additive float mask
