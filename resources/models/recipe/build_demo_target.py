@@ -69,6 +69,7 @@ import corpus  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+DEPTH_EDGES = (256, 512, 1024)  # held-out loss is reported per range of positions split here
 
 
 def log(msg: str) -> None:
@@ -86,6 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "ones; its tokenizer.json must equal the one this recipe trains")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--alt-seq-len", type=int, default=0,
+                    help="every other step uses windows of this length instead (batch scaled to keep the "
+                         "tokens per step), e.g. --seq-len 1024 --alt-seq-len 2048 for long-context training")
+    ap.add_argument("--file-start-share", type=float, default=0.0,
+                    help="share of standard-library rows that start at a file's first token, so long windows "
+                         "see whole files from the top (the rest start anywhere)")
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
@@ -96,6 +103,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--host-attention", action="store_true",
+                    help="attention through kernels/verify_attention.py's NumPy forward and backward (long "
+                         "windows train ~1.7x faster on a CPU, where MLX's softmax is slow); the step is not "
+                         "compiled then")
     # model
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--split", choices=("gpt2", "qwen2"), default="qwen2",
@@ -182,12 +193,17 @@ def prepare_data(args, run_dir: Path) -> dict:
 
 
 def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int,
-                 synth: np.ndarray | None = None, share: float = 0.0):
-    """Random windows; each row comes from `synth` with probability `share`."""
+                 synth: np.ndarray | None = None, share: float = 0.0,
+                 file_starts: np.ndarray | None = None, start_share: float = 0.0):
+    """Random windows; each row comes from `synth` with probability `share`; a row from `ids` starts
+    at one of `file_starts` (a file's first token) with probability `start_share`."""
     rows = []
     for _ in range(batch):
         src = synth if synth is not None and len(synth) > seq_len + 1 and rng.random() < share else ids
         s = int(rng.integers(0, len(src) - seq_len - 1))
+        if src is ids and file_starts is not None and start_share > 0 and rng.random() < start_share:
+            fitting = file_starts[file_starts < len(ids) - seq_len - 1]
+            s = int(fitting[rng.integers(0, len(fitting))])
         rows.append(src[s : s + seq_len + 1])
     rows = np.stack(rows)
     return mx.array(rows[:, :-1]), mx.array(rows[:, 1:])
@@ -247,10 +263,57 @@ def build_model(cfg: dict) -> Model:
     return Model(margs)
 
 
+def use_host_attention(model_file) -> None:
+    """Train through the host attention: every several-token call without a cache (a training
+    forward) in `model_file` (an mlx-lm model module) takes kernels/verify_attention.py's NumPy
+    forward and backward; the rest stays mlx-lm's."""
+    from kernels.verify_attention import host_attention_trainable
+
+    stock = getattr(model_file.scaled_dot_product_attention, "stock", model_file.scaled_dot_product_attention)
+
+    def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
+        if cache is None and sinks is None and queries.shape[2] > 1 and queries.dtype == mx.float32:
+            return host_attention_trainable(scale, mask)(queries, keys, values)
+        return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+    sdpa.stock = stock
+    model_file.scaled_dot_product_attention = sdpa
+
+
 def lr_schedule(args):
     warm = optim.linear_schedule(args.lr * 0.01, args.lr, max(args.warmup, 1))
     decay = optim.cosine_decay(args.lr, max(args.steps - args.warmup, 1), args.lr * args.min_lr_ratio)
     return optim.join_schedules([warm, decay], [max(args.warmup, 1)])
+
+
+def file_starts(ids: np.ndarray, eos: int) -> np.ndarray:
+    """Positions of every file's first token in a stream of files joined by EOS."""
+    return np.concatenate([[0], np.flatnonzero(ids == eos) + 1]).astype(np.int64)
+
+
+def step_shape(args, step: int) -> tuple[int, int]:
+    """(batch, seq_len) of a step: --alt-seq-len on even steps, same tokens per step."""
+    if args.alt_seq_len and step % 2 == 0:
+        return max(1, args.batch_size * args.seq_len // args.alt_seq_len), args.alt_seq_len
+    return args.batch_size, args.seq_len
+
+
+def heldout_loss_by_depth(model: Model, ids: np.ndarray, seq_len: int, edges: tuple[int, ...],
+                          batch: int = 4) -> dict[str, float]:
+    """Held-out loss per range of positions in windows of seq_len (does the model use a long context?)."""
+    n = (len(ids) - 1) // seq_len
+    x_all = ids[: n * seq_len].reshape(n, seq_len)
+    y_all = ids[1 : n * seq_len + 1].reshape(n, seq_len)
+    sums = np.zeros(seq_len)
+    for i in range(0, n, batch):
+        x, y = mx.array(x_all[i : i + batch]), mx.array(y_all[i : i + batch])
+        sums += np.array(nn.losses.cross_entropy(model(x), y, reduction="none").sum(axis=0))
+    bounds = [b for b in edges if b < seq_len] + [seq_len]
+    lo, out = 0, {}
+    for hi in bounds:
+        out[f"{lo}-{hi}"] = round(float(sums[lo:hi].sum() / (n * (hi - lo))), 4)
+        lo = hi
+    return out
 
 
 def heldout_loss(model: Model, ids: np.ndarray, seq_len: int, batch: int = 16) -> float:
@@ -369,9 +432,12 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "## Training",
         "",
         *([f"- Initialised from `{args.init_from}`: {args.init_note}"] if args.init_from else []),
-        f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens "
-        f"({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
-        f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows).",
+        f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens"
+        + (f" (every other step {step_shape(args, 2)[0]} x {args.alt_seq_len})" if args.alt_seq_len else "")
+        + f" ({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
+        f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows"
+        + (f", {args.file_start_share:.0%} of standard-library rows from a file's start" if args.file_start_share else "")
+        + ").",
         f"- AdamW lr {args.lr:g} (linear warm-up {args.warmup} steps, cosine to {args.lr * args.min_lr_ratio:g}), "
         f"weight decay {args.weight_decay}, grad clip {args.grad_clip}.",
         f"- OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}.",
@@ -380,6 +446,10 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         f"mean step {report['train_wall_s'] / max(report['steps_run_total'], 1):.2f} s.",
         f"- Final train loss (mean of last {report['train_loss_window']} steps): {report['final_train_loss']:.3f}.",
         f"- Held-out loss: {report['heldout_loss']:.3f} (perplexity {math.exp(report['heldout_loss']):.1f}).",
+        *([f"- Held-out loss by position in {report['heldout_depth_window']}-token windows: "
+           + ", ".join(f"{k}: {v:.3f}" for k, v in report["heldout_loss_by_depth"].items())
+           + " (a model that uses its long context gets lower loss deeper in a window)."]
+          if report.get("heldout_loss_by_depth") else []),
         "",
         "## Sample (greedy, `mlx_lm.stream_generate`)",
         "",
@@ -447,17 +517,23 @@ def main(argv=None) -> None:
         opt.update(model, grads)
         return loss
 
-    if not args.no_compile:
+    if args.host_attention:
+        import mlx_lm.models.qwen3 as qwen3
+
+        use_host_attention(qwen3)
+    elif not args.no_compile:
         step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
 
     tokens_per_step = args.batch_size * args.seq_len
+    starts = file_starts(data["train_ids"], data["special_ids"][EOS_TOKEN]) if args.file_start_share else None
     heldout = None
     t_start = time.time()
     t_window = time.time()
     t_aside = 0.0  # time spent on evals and checkpoints, kept out of the step timings
     for step in range(start_step + 1, args.steps + 1):
-        x, y = sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len,
-                            data["synth_ids"], args.synthetic_share)
+        batch, seq_len = step_shape(args, step)
+        x, y = sample_batch(rng, data["train_ids"], batch, seq_len, data["synth_ids"], args.synthetic_share,
+                            starts, args.file_start_share)
         loss = step_fn(x, y)
         mx.eval(loss, state)
         recent = (recent + [loss.item()])[-50:]
@@ -491,12 +567,15 @@ def main(argv=None) -> None:
     train_wall = prev_wall + time.time() - t_start
 
     heldout = heldout_loss(model, data["held_ids"], args.seq_len)
+    longest = max(args.seq_len, args.alt_seq_len)
+    by_depth = heldout_loss_by_depth(model, data["held_ids"], longest, DEPTH_EDGES) if longest > 256 else None
     final_train = float(np.mean(recent[-50:])) if recent else float("nan")
     log(f"final: train loss {final_train:.3f} held-out loss {heldout:.3f} wall {train_wall / 60:.1f}m")
     report = {
         "params": n_params, "steps": args.steps, "steps_run_total": steps_run_total,
         "train_wall_s": train_wall, "final_train_loss": final_train,
         "train_loss_window": min(len(recent), 50), "heldout_loss": heldout,
+        **({"heldout_loss_by_depth": by_depth, "heldout_depth_window": longest} if by_depth else {}),
     }
     write_output(args, cfg, data, model, out, report)
 
