@@ -11,7 +11,8 @@ from PySide6.QtWidgets import (
 
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
-    DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES, GenerationSettings, SamplingSettings,
+    DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES, GenerationSettings,
+    SamplingSettings,
 )
 from app.settings import AppSettings
 
@@ -51,6 +52,15 @@ class PromptPanel(QGroupBox):
                                    "(the cost curve, measured once, and the acceptance so far); the block size "
                                    "caps it. Lossless like any block size.")
 
+        self.draft_window = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
+        self.draft_window.setSpecialValueText("whole context")
+        self.draft_window.setToolTip("The drafter sees only the last N positions of the context (its full-attention "
+                                     "layers; sliding ones keep their trained window). A drafter trained on short "
+                                     "windows drafts better deep in a long prompt with a window near its training "
+                                     "length. Lossless whatever it is.")
+        self.draft_sink = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_sink)
+        self.draft_sink.setToolTip("...and the first N positions of the context, beside the window")
+
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}
         modes = QHBoxLayout()
@@ -73,9 +83,11 @@ class PromptPanel(QGroupBox):
         grid = QGridLayout()
         for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-p", self.top_p),
                                         ("Top-k", self.top_k), ("Seed", self.seed),
-                                        ("Max tokens", self.max_tokens), ("Block size", self.block_size))):
-            grid.addWidget(QLabel(label), i // 2, (i % 2) * 2)
-            grid.addWidget(w, i // 2, (i % 2) * 2 + 1)
+                                        ("Max tokens", self.max_tokens), ("Block size", self.block_size),
+                                        ("Draft window", self.draft_window), ("Draft sink", self.draft_sink))):
+            row = i // 2 + (i >= 6)  # row 3 holds the auto verify length box
+            grid.addWidget(QLabel(label), row, (i % 2) * 2)
+            grid.addWidget(w, row, (i % 2) * 2 + 1)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button, 2)
         buttons.addWidget(self.stop_button, 1)
@@ -123,6 +135,8 @@ class PromptPanel(QGroupBox):
             block_size=self.block_size.value() or None,
             sampling=sampling,
             auto=self.block_auto.isChecked(),
+            draft_window=self.draft_window.value(),
+            draft_sink=self.draft_sink.value(),
         )
 
     def set_capabilities(self, has_chat_template: bool, has_thinking: bool) -> None:
@@ -156,7 +170,9 @@ class PromptPanel(QGroupBox):
             self.block_auto.setChecked(settings["auto"])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
         for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),
-                           (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed"))):
+                           (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed")),
+                           (self.draft_window, settings.get("draft_window")),
+                           (self.draft_sink, settings.get("draft_sink"))):
             if isinstance(value, int) and not isinstance(value, bool):
                 box.setValue(min(max(value, box.minimum()), box.maximum()))
         for box, value in ((self.temperature, sampling.get("temperature")), (self.top_p, sampling.get("top_p"))):
@@ -176,6 +192,8 @@ class PromptPanel(QGroupBox):
         self.max_tokens.setValue(s.max_tokens)
         self.block_size.setValue(s.block_size)
         self.block_auto.setChecked(s.block_auto)
+        self.draft_window.setValue(s.draft_window)
+        self.draft_sink.setValue(s.draft_sink)
 
     def store(self, s: AppSettings) -> None:
         s.prompt = self.prompt()
@@ -189,3 +207,5 @@ class PromptPanel(QGroupBox):
         s.max_tokens = self.max_tokens.value()
         s.block_size = self.block_size.value()
         s.block_auto = self.block_auto.isChecked()
+        s.draft_window = self.draft_window.value()
+        s.draft_sink = self.draft_sink.value()

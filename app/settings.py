@@ -18,7 +18,7 @@ from engine import json_text
 from engine.errors import DFlashError
 from engine.safe_write import write_atomic
 from engine.decode.prompts import PROMPT_FORMATS
-from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
+from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -41,6 +41,8 @@ class AppSettings:
     max_tokens: int = DEFAULTS.max_tokens
     block_size: int = 0  # 0: the drafter's own
     block_auto: bool = False  # --block-size auto: the verify length chosen each round
+    draft_window: int = DEFAULTS.draft_window  # 0: the drafter's whole context
+    draft_sink: int = DEFAULTS.draft_sink
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
     splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()
     center_tab: int = 0
@@ -79,6 +81,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "seed": (0, 2_147_483_647),
     "max_tokens": (1, MAX_TOKENS_LIMIT),
     "block_size": (0, MAX_BLOCK),
+    "draft_window": (0, MAX_DRAFT_CONTEXT),
+    "draft_sink": (0, MAX_DRAFT_CONTEXT),
     "center_tab": (0, 16),
 }
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -145,7 +145,7 @@ class DFlashDecoder(Decoder):
                  cancel: Optional[CancelToken] = None):
         super().__init__(pair, prompt_ids, settings=settings, cancel=cancel)
         self.drafter, self.head, self.taps = pair.drafter, pair.head, pair.taps
-        self.drafter_cache = pair.drafter.make_cache()
+        self.drafter_cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
@@ -233,6 +233,7 @@ class DFlashDecoder(Decoder):
             t=t3 - self.t_first,
             generated=len(self.out.tokens),
             verified=verify,
+            draft_context=self.draft_context() if drafted else None,
             **(as_lists(why.tolist()) if why is not None else {}),
             **(selector_fields([a.tolist() for a in selector]) if selector is not None else {}),
         )
@@ -276,6 +277,10 @@ class DFlashDecoder(Decoder):
             anchor, t0 = token, t1
             if self.out.stop_reason is not None or self.cancel.cancelled:
                 return
+
+    def draft_context(self) -> int:
+        """Context positions the drafter attended to in the last draft: its widest layer's cache."""
+        return max((c.keys.shape[2] for c in self.drafter_cache if c.keys is not None), default=0)
 
     def draft(self, anchor: int, length: int) -> Proposal:
         """The block's drafts d1..d_{length-1} (queued, not awaited), (at T > 0) the log-probs they

@@ -18,7 +18,7 @@ class StartEvent:
 @dataclass
 class RoundEvent:
     index: int
-    position: int  # absolute position of the anchor
+    position: int  # absolute position of the anchor: the context depth the round ran at
     anchor: int
     drafted: list[int]  # the L-1 draft ids, without the anchor
     accepted: int
@@ -31,6 +31,9 @@ class RoundEvent:
     t: float  # seconds since decoding started, at the end of the round
     generated: int  # output length after this round
     verified: Optional[int] = None  # tokens the target verified: anchor + drafted (--block-size auto picks it)
+    # context positions the drafter attended to this round (its widest layer): the whole context
+    # (position) unless a draft window and sink keep less; None when nothing was drafted
+    draft_context: Optional[int] = None
     unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (older auto traces)
     # per verified draft (engine/decode/why.py): the drafter's and the target's probability of it, the
     # target's top-1 margin, and the rank of the target's choice in the drafter's distribution

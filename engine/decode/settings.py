@@ -17,6 +17,20 @@ ROLLBACK_MODES = ("replay", "rerun")  # hybrid targets: tape replay, or re-run t
 MAX_BLOCK = 16
 MAX_TOKENS_LIMIT = 1_000_000
 MAX_TEMPERATURE = 100.0
+# The drafter's context, for full-attention drafter layers without a trained window: the last
+# DRAFT_WINDOW positions plus the first DRAFT_SINK (0: the whole context). Sliding layers keep
+# their trained window whatever these say.
+DRAFT_WINDOW = 0
+DRAFT_SINK = 0
+MAX_DRAFT_CONTEXT = 1 << 20
+
+
+def draft_context_text(window: int, sink: int) -> str:
+    """The draft window and sink in words (doctor, the window's tooltip)."""
+    if not window:
+        return "the whole context (--draft-window 0)"
+    return f"the last {window} positions" + (f" and the first {sink}" if sink else "") + \
+        f" (--draft-window {window} --draft-sink {sink})"
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,8 @@ class GenerationSettings:
     stop_strings: tuple[str, ...] = ()
     rollback: str = "replay"  # one of ROLLBACK_MODES
     auto: bool = False  # --block-size auto: each round verifies as many drafts as pay off (block_size caps it)
+    draft_window: int = DRAFT_WINDOW  # drafter context positions kept (0: all); see DRAFT_WINDOW
+    draft_sink: int = DRAFT_SINK  # ...plus this many first positions
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
@@ -68,6 +84,14 @@ class GenerationSettings:
         if self.rollback not in ROLLBACK_MODES:
             raise SettingsError(f"rollback '{self.rollback}' is not one of: {', '.join(ROLLBACK_MODES)}.")
         self.sampling.validate(pair.head.vocab_size)
+        if not 0 <= self.draft_window <= MAX_DRAFT_CONTEXT:
+            raise SettingsError(f"draft window {self.draft_window} is outside 0..{MAX_DRAFT_CONTEXT} "
+                                "(0 keeps the drafter's whole context).")
+        if not 0 <= self.draft_sink <= MAX_DRAFT_CONTEXT:
+            raise SettingsError(f"draft sink {self.draft_sink} is outside 0..{MAX_DRAFT_CONTEXT}.")
+        if self.draft_sink and not self.draft_window:
+            raise SettingsError("a draft sink needs a draft window: with the whole context kept there is "
+                                "nothing to keep apart.")
         if self.mode == "ar":
             return replace(self, block_size=None, auto=False)
         if pair.drafter is None:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.models.checkpoint import check_drafter_weights, read_tensor_shapes
-from engine.models.drafter_config import DrafterConfig, flat_config, load_drafter_config, read_config_json
+from engine.decode.settings import DEFAULTS, draft_context_text
+from engine.models.drafter_config import SLIDING, DrafterConfig, flat_config, load_drafter_config, read_config_json
 from engine.errors import DFlashError
 from engine.models.paths import resolve_model_path
 
@@ -143,6 +144,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
                 mask_token_id=cfg.mask_token_id,
                 rope_theta=cfg.rope_theta,
             )
+            if any(t != SLIDING for t in cfg.layer_types):
+                report.facts["draft_context_default"] = draft_context_text(DEFAULTS.draft_window, DEFAULTS.draft_sink)
         except DFlashError as exc:
             report.problems.append(str(exc))
         if dims is not None and cfg is not None:

@@ -20,30 +20,55 @@ from engine.models.drafter_config import SLIDING, DrafterConfig
 
 
 class ContextCache:
-    """Context K/V of one drafter layer; a sliding layer keeps at most window - 1 positions.
+    """Context K/V of one drafter layer: every position, or a sink (the first `sink` positions
+    seen) plus a window (the last `window`). A sliding layer keeps its trained window - 1;
+    a full-attention layer keeps what the run's --draft-window / --draft-sink say (all by default).
 
-    Full layers grow through mlx-lm's KVCache (buffers grow in steps, so a round does not
-    copy the whole history); sliding layers are bounded, so concatenating is cheap there.
+    Keys stay RoPE'd at their true positions, so a block query sees a sink key at its real
+    distance. Unbounded layers grow through mlx-lm's KVCache (buffers grow in steps, so a round
+    does not copy the whole history); bounded ones are small, so concatenating is cheap there.
     """
 
-    def __init__(self, max_keep: Optional[int] = None):
-        self.max_keep = max_keep
-        self._growing = KVCache() if max_keep is None else None
+    def __init__(self, window: Optional[int] = None, sink: int = 0):
+        self.window = window
+        self.sink = sink if window is not None else 0
+        self._growing = KVCache() if window is None else None
         self.keys: Optional[mx.array] = None
         self.values: Optional[mx.array] = None
+        self._sink: Optional[tuple[mx.array, mx.array]] = None  # the sink's keys and values
+        self._recent: Optional[tuple[mx.array, mx.array]] = None  # the window's
         self.offset = 0  # absolute position of the next context entry
-        self.start = 0  # absolute position of keys[..., 0, :]
+        self.start = 0  # absolute position of the window's first key (keys after the sink's)
 
     def append(self, keys: mx.array, values: mx.array) -> None:
+        first = self.offset
         self.offset += keys.shape[2]
         if self._growing is not None:
             self.keys, self.values = self._growing.update_and_fetch(keys, values)
             return
-        if self.keys is not None:
-            keys = mx.concatenate([self.keys, keys], axis=2)
-            values = mx.concatenate([self.values, values], axis=2)
-        self.keys, self.values = keys[:, :, -self.max_keep :], values[:, :, -self.max_keep :]
-        self.start = self.offset - self.keys.shape[2]
+        if first < self.sink:  # the sink fills first, once
+            take = self.sink - first
+            head = (keys[:, :, :take], values[:, :, :take])
+            self._sink = head if self._sink is None else tuple(
+                mx.concatenate([a, b], axis=2) for a, b in zip(self._sink, head))
+        if self._recent is not None:
+            keys = mx.concatenate([self._recent[0], keys], axis=2)
+            values = mx.concatenate([self._recent[1], values], axis=2)
+        self._recent = (keys[:, :, -self.window :], values[:, :, -self.window :])
+        self.start = self.offset - self._recent[0].shape[2]
+        if self._sink is not None and self.start > 0:  # the sink and the window no longer overlap
+            sink_keep = min(self.sink, self.start)
+            self.keys = mx.concatenate([self._sink[0][:, :, :sink_keep], self._recent[0]], axis=2)
+            self.values = mx.concatenate([self._sink[1][:, :, :sink_keep], self._recent[1]], axis=2)
+        else:
+            self.keys, self.values = self._recent
+
+    def positions(self) -> mx.array:
+        """Absolute positions of the kept keys, in the order of `keys`."""
+        kept = 0 if self.keys is None else self.keys.shape[2]
+        window = mx.arange(self.start, self.offset)
+        sink = kept - window.shape[0]
+        return mx.concatenate([mx.arange(sink), window]) if sink > 0 else window
 
     @property
     def state(self) -> list[mx.array]:
@@ -83,8 +108,7 @@ class Attention(nn.Module):
     def _mask(self, L: int, cache: ContextCache, offset: int) -> Optional[mx.array]:
         if self.window is None and not self.causal:
             return None
-        ctx_len = 0 if cache.keys is None else cache.keys.shape[2]
-        return block_mask(L, cache.start + mx.arange(ctx_len), offset, self.window, self.causal)
+        return block_mask(L, cache.positions(), offset, self.window, self.causal)
 
     def attend(self, x: mx.array, offset, ctx_k, ctx_v, mask: Optional[mx.array]) -> mx.array:
         """Block queries over [context ; block] keys; offset is the anchor position (int or (B,))."""
@@ -172,9 +196,11 @@ class DFlashDrafter(nn.Module):
         ]
         self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
-    def make_cache(self) -> list[ContextCache]:
+    def make_cache(self, window: Optional[int] = None, sink: int = 0) -> list[ContextCache]:
+        """One context cache a layer: sliding layers keep their trained window - 1 positions;
+        full-attention layers `window` (None: all) plus a `sink` of the first positions."""
         return [
-            ContextCache(self.cfg.sliding_window - 1 if t == SLIDING else None)
+            ContextCache(self.cfg.sliding_window - 1) if t == SLIDING else ContextCache(window, sink)
             for t in self.cfg.layer_types
         ]
 

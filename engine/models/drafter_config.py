@@ -73,12 +73,22 @@ class DrafterConfig:
     def generation(self) -> int:
         return 1 if self.selector is None else 2
 
+    def context_fact(self) -> str:
+        """How much context the drafter's layers keep: a sliding layer its trained window, a
+        full-attention one what the run's draft window and sink say."""
+        sliding = sum(t == SLIDING for t in self.layer_types)
+        full = len(self.layer_types) - sliding
+        parts = [f"{sliding} sliding layer(s) keep their trained window of {self.sliding_window}"] if sliding else []
+        if full:
+            parts.append(f"{full} full-attention layer(s) keep the run's draft window and sink")
+        return "; ".join(parts)
+
     def generation_facts(self) -> dict[str, Any]:
         """What doctor, the trace header and the window say about the drafter's generation."""
         if self.selector is None:
-            return {"drafter_generation": "DFlash v1"}
+            return {"drafter_generation": "DFlash v1", "drafter_context": self.context_fact()}
         sel = self.selector
-        return {"drafter_generation": "DFlash2",
+        return {"drafter_generation": "DFlash2", "drafter_context": self.context_fact(),
                 "selector": f"top-{sel.selector_top_k} candidates, rank {sel.selector_rank}",
                 "conv": f"kernel {sel.conv_kernel_size}, {self.hidden_size // sel.conv_group_size} groups "
                         f"of {sel.conv_group_size} channels"}

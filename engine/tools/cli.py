@@ -58,6 +58,8 @@ def _settings(args, mode: str):
         sampling=sampling,
         stop_strings=tuple(getattr(args, "stop", ())),
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
+        draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
+        draft_sink=getattr(args, "draft_sink", DEFAULTS.draft_sink),
     )
 
 

@@ -64,6 +64,11 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollback", choices=ROLLBACK_MODES, default=DEFAULTS.rollback,
                    help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
                         f"(default: {DEFAULTS.rollback})")
+    p.add_argument("--draft-window", type=int, default=DEFAULTS.draft_window, metavar="N",
+                   help="the drafter sees the last N context positions (full-attention drafter layers; "
+                        f"sliding ones keep their trained window); 0 keeps all (default {DEFAULTS.draft_window})")
+    p.add_argument("--draft-sink", type=int, default=DEFAULTS.draft_sink, metavar="N",
+                   help=f"...and the first N positions, with a window (default {DEFAULTS.draft_sink})")
 
 
 def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ were made. Rerunning it on other package versions gives other prompts, which is 
 output, not the script, is the eval set.
 
     python resources/models/recipe/make_long_prompts.py --out-dir resources/models/recipe
+    python resources/models/recipe/make_long_prompts.py --tune   # long_tune_*.jsonl, for choosing defaults
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 LONG_PACKAGES = ("mlx_lm", "pyqtgraph", "platformdirs", "tqdm", "huggingface_hub", "jinja2", "click", "rich",
                  "pygments", "requests", "attr", "pluggy", "filelock", "fsspec", "typer", "h11")
+# A tuning set (defaults such as the drafter's context window are chosen on it, never on the
+# eval sets): other packages, by the same rule.
+TUNE_PACKAGES = ("numpy", "transformers", "pydantic", "setuptools", "_pytest", "urllib3", "yaml", "jsonschema",
+                 "anyio", "markdown_it", "charset_normalizer", "pytestqt")
 LOW, HIGH = 600, 1500
 TAIL_LINES = 10
 
@@ -72,12 +77,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out-dir", default=str(HERE))
     ap.add_argument("--tokenizer", default=str(REPO / "resources/models/demo-target/tokenizer.json"))
+    ap.add_argument("--tune", action="store_true", help="write the tuning set (long_tune_*.jsonl) instead")
     args = ap.parse_args()
+    packages, stem = (TUNE_PACKAGES, "long_tune") if args.tune else (LONG_PACKAGES, "long")
     tok = Tokenizer.from_file(args.tokenizer)
     site = Path(sysconfig.get_paths()["purelib"])
     rng = random.Random(0)
     longs, tails = [], []
-    for name, budget in zip(LONG_PACKAGES, budgets(len(LONG_PACKAGES))):
+    for name, budget in zip(packages, budgets(len(packages))):
         found = pick(site / name, tok, budget, rng)
         if found is None:
             raise SystemExit(f"{name}: no file of {budget + 100} tokens or more")
@@ -88,7 +95,7 @@ def main() -> None:
         tails.append({"prompt": tail, "source": source, "tokens": len(tok.encode(tail).ids)})
         print(f"{source}: {longs[-1]['tokens']} tokens, tail {tails[-1]['tokens']}")
     out = Path(args.out_dir)
-    for name, rows in (("long_prompts.jsonl", longs), ("long_tails.jsonl", tails)):
+    for name, rows in ((f"{stem}_prompts.jsonl", longs), (f"{stem}_tails.jsonl", tails)):
         (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 

@@ -1,0 +1,125 @@
+"""The drafter's context window and sink: what the cache keeps, that runs stay lossless with them,
+and that they reach round events, traces and doctor."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from engine.decode.prompts import encode_prompt
+from engine.decode.settings import GenerationSettings, SamplingSettings
+from engine.errors import SettingsError
+from engine.models.drafter import ContextCache
+from engine.models.pair import load_pair
+
+from conftest import PROMPTS
+from helpers import run
+from test_parity import assert_lossless
+
+LONG = " ".join(PROMPTS) * 2
+
+
+def _rows(first: int, n: int) -> mx.array:
+    """(1, 1, n, 1) keys whose value is their absolute position."""
+    return mx.arange(first, first + n, dtype=mx.float32).reshape(1, 1, n, 1)
+
+
+@pytest.mark.parametrize("window, sink, chunks", [
+    (5, 0, [3, 1, 4, 2, 7]),
+    (5, 2, [3, 1, 4, 2, 7]),
+    (4, 3, [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+    (6, 3, [20]),  # the sink and the window from one append
+    (8, 2, [2, 3]),  # fewer positions than the window: everything
+])
+def test_the_cache_keeps_the_sink_and_the_last_window(window, sink, chunks):
+    cache = ContextCache(window, sink)
+    seen = 0
+    for n in chunks:
+        cache.append(_rows(seen, n), _rows(seen, n) * 10)
+        seen += n
+        want = sorted(set(range(min(sink, seen))) | set(range(max(seen - window, 0), seen)))
+        assert cache.keys[0, 0, :, 0].tolist() == want
+        assert cache.values[0, 0, :, 0].tolist() == [10 * p for p in want]
+        assert cache.positions().tolist() == want
+        assert cache.offset == seen
+
+
+def test_a_cache_without_a_window_keeps_everything():
+    cache = ContextCache()
+    for first, n in ((0, 3), (3, 40), (43, 1)):
+        cache.append(_rows(first, n), _rows(first, n))
+    assert cache.positions().tolist() == list(range(44)) == cache.keys[0, 0, :, 0].tolist()
+
+
+@pytest.mark.parametrize("window, sink", [(4, 0), (6, 2), (1, 1)])
+def test_greedy_stays_lossless_with_a_window_and_sink(qwen3_pair, window, sink):
+    assert_lossless(qwen3_pair, [LONG, PROMPTS[1]], draft_window=window, draft_sink=sink)
+
+
+def test_a_sliding_drafter_keeps_its_trained_window_whatever_the_setting(sliding_dirs):
+    pair = load_pair(*sliding_dirs)
+    cache = pair.drafter.make_cache(window=3, sink=1)
+    assert (cache[0].window, cache[0].sink) == (pair.drafter.cfg.sliding_window - 1, 0)
+    assert (cache[1].window, cache[1].sink) == (3, 1)
+    assert_lossless(pair, [LONG], draft_window=3, draft_sink=1)
+
+
+def test_rounds_say_how_much_context_the_drafter_saw(qwen3_pair):
+    ids = encode_prompt(qwen3_pair.tokenizer, LONG, chat=False)
+    _, whole = run(qwen3_pair, ids, max_tokens=24)
+    assert [r.draft_context for r in whole if r.drafted] == [r.position for r in whole if r.drafted]
+    _, windowed = run(qwen3_pair, ids, max_tokens=24, draft_window=6, draft_sink=2)
+    assert [r.draft_context for r in windowed if r.drafted] == [min(r.position, 8) for r in windowed if r.drafted]
+
+
+def test_sampling_stays_exact_with_a_window(qwen3_pair):
+    """At T > 0 the first two tokens after a long prompt are distributed as AR's with a window and sink."""
+    ids = encode_prompt(qwen3_pair.tokenizer, LONG, chat=False)
+    samples = {"ar": Counter(), "dflash": Counter()}
+    for seed in range(300):
+        sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+        for mode in samples:
+            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=2,
+                             draft_window=5, draft_sink=1)
+            samples[mode][tuple(summary.token_ids)] += 1
+    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
+    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
+    assert len(common) >= 3, samples
+    assert chi2_contingency(np.array(table)).pvalue > 1e-3, samples
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(draft_window=-1), "draft window -1"),
+    (dict(draft_window=0, draft_sink=4), "needs a draft window"),
+    (dict(draft_window=8, draft_sink=-2), "draft sink -2"),
+    (dict(draft_window=1 << 30), "outside"),
+])
+def test_absurd_windows_are_refused(qwen3_pair, settings, words):
+    with pytest.raises(SettingsError, match=words):
+        GenerationSettings(**settings).resolved(qwen3_pair)
+
+
+def test_doctor_and_the_trace_say_what_the_drafter_keeps(qwen3_tied_dirs, tmp_path, capsys):
+    import json
+
+    from app.cli import main
+
+    assert main(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1])]) == 0
+    out = capsys.readouterr().out
+    assert "drafter_context: 2 full-attention layer(s) keep the run's draft window and sink" in out
+    assert "draft_context_default:" in out
+    trace = tmp_path / "t.jsonl"
+    assert main(["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                 "--prompt", LONG, "--raw", "--max-tokens", "8", "--draft-window", "6", "--draft-sink", "2",
+                 "--trace", str(trace), "--json"]) == 0
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    header = records[0]
+    assert header["settings"]["draft_window"] == 6 and header["settings"]["draft_sink"] == 2
+    assert "full-attention" in header["model"]["drafter_context"]
+    assert all(r["draft_context"] == 8 for r in records if r.get("type") == "round" and r["drafted"])
