@@ -18,9 +18,9 @@ compiled then: NumPy needs concrete arrays).
 
 The reference is `reference` (pure MLX ops), and MLX's own `mx.fast.scaled_dot_product_attention`
 is held to it too (tests/test_verify_attention.py). engine/models/cpu_kernels.py installs the
-dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) take the host path on the
-CPU; one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly
-what it was.
+dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) and whole sequences run
+without a cache (the drafter trainer's target pass) take the host path on the CPU; one-token steps
+(AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.
 """
 
 from __future__ import annotations
@@ -141,12 +141,13 @@ def host_attention_trainable(scale: float, mask: Mask) -> Callable[[mx.array, mx
     return attend
 
 
-def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array], max_rows: int = MAX_ROWS) -> bool:
-    """Calls the host path handles: float32, 2..max_rows query rows, a plain, causal or boolean
-    mask, no attention sinks."""
+def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
+               max_rows: Optional[int] = MAX_ROWS) -> bool:
+    """Calls the host path handles: float32, 2..max_rows query rows (None: any), a plain, causal
+    or boolean mask, no attention sinks."""
     if q.dtype != mx.float32 or k.dtype != mx.float32 or sinks is not None or q.ndim != 4:
         return False
-    if not 2 <= q.shape[2] <= max_rows or q.shape[1] % k.shape[1]:
+    if q.shape[2] < 2 or (max_rows is not None and q.shape[2] > max_rows) or q.shape[1] % k.shape[1]:
         return False
     if isinstance(mask, str):
         return mask == "causal"
@@ -155,10 +156,14 @@ def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array], 
 
 def sdpa_with_fallback(stock: Callable) -> Callable:
     """mlx-lm's scaled_dot_product_attention signature: the host path for verify blocks (not for
-    a quantized KV cache), `stock` (mlx-lm's) for everything else."""
+    a quantized KV cache) and for whole sequences run without a cache (training and distillation
+    forwards, through the trainable path so gradients still flow), `stock` (mlx-lm's) for
+    everything else: one-token steps and prefill chunks."""
 
     def sdpa_dispatch(queries, keys, values, cache, scale, mask, sinks=None):
-        if not hasattr(cache, "bits") and host_takes(queries, keys, mask, sinks):
+        if cache is None and host_takes(queries, keys, mask, sinks, max_rows=None):
+            return host_attention_trainable(scale, mask)(queries, keys, values)
+        if cache is not None and not hasattr(cache, "bits") and host_takes(queries, keys, mask, sinks):
             return host_attention(queries, keys, values, scale, mask)
         return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 

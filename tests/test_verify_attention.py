@@ -93,3 +93,16 @@ def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
 
     assert sdpa(q, k, v, Quantized(), 0.25, "causal") == "stock"
     assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 40))) == "stock"  # an additive float mask
+
+
+def test_a_whole_sequence_without_a_cache_takes_the_trainable_host_path():
+    """The drafter trainer's target pass (no cache, hundreds of rows) goes to the host, and a model
+    trained through its file still gets attention's gradients there."""
+    sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
+    q, k, v = _qkv(4, 2, va.MAX_ROWS + 30, va.MAX_ROWS + 30, 16, seed=8)
+    np.testing.assert_allclose(np.array(sdpa(q, k, v, None, 0.25, "causal")),
+                               np.array(va.reference(q, k, v, 0.25, "causal")), atol=2e-6, rtol=1e-5)
+    assert sdpa(q[:, :, :1], k[:, :, :1], v[:, :, :1], None, 0.25, None) == "stock"
+    grad = mx.grad(lambda a: sdpa(a, k, v, None, 0.25, "causal").sum())(q)
+    want = mx.grad(lambda a: va.reference(a, k, v, 0.25, "causal").sum())(q)
+    np.testing.assert_allclose(np.array(grad), np.array(want), atol=1e-5, rtol=1e-4)

@@ -71,6 +71,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="stage 2: continuations of this many definition prompts (def/class lines)")
     ap.add_argument("--line-prompts", type=int, default=0,
                     help="stage 2 also distills this many line and prose prompts (code_prompts.line_prompts)")
+    ap.add_argument("--corpus-in-mix", type=int, default=0, metavar="K",
+                    help="stage 2 also trains on the corpus itself (whole files: with a long --seq-len, windows "
+                         "deep into real files, labels the target's greedy next tokens there), beside its "
+                         "distilled text repeated K times so that short prompts keep their share (0: no corpus)")
     ap.add_argument("--finetune-steps", type=int, default=1000, help="stage 2 steps (0: stop after stage 1)")
     ap.add_argument("--finetune-lr", type=float, default=1e-3)
     ap.add_argument("--finetune-warmup", type=int, default=20)
@@ -172,8 +176,8 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
         stage2 = f"""
 - Stage 2 (fine-tune from {"stage 1" if first is not None else f"`{args.init}`"}): the stage 1 text plus the target's continuations of
   {args.definition_prompts} definition prompts ({definitions:,} tokens; a `def` or `class` line of the corpus
-  and up to three more lines, dedented, as in `code_prompts.py`){line_mix(args, lines)}, {mixed:,} tokens in all;
-  {args.finetune_steps} steps, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
+  and up to three more lines, dedented, as in `code_prompts.py`){line_mix(args, lines)}{corpus_mix(args, corpus_tokens)}, {mixed:,} tokens in all;
+  {args.finetune_steps} steps, batch {args.batch} x {args.seq_len} tokens, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
   Held-out figures use 64 continuations of definition prompts from the held-out modules.
   Final: {_final(second)}."""
     gen = stages[-1][0].cfg.generation_facts()
@@ -259,6 +263,13 @@ def line_mix(args, tokens: int) -> str:
         return ""
     return (f" and of {args.line_prompts} line and prose prompts\n  ({tokens:,} tokens; 1-4 lines from anywhere in a file,"
             " half cut before a space, or a comment's words, as in `code_prompts.line_prompts`)")
+
+
+def corpus_mix(args, corpus_tokens: int) -> str:
+    if not args.corpus_in_mix:
+        return ""
+    return (f",\n  that text repeated {args.corpus_in_mix} times beside the corpus itself ({corpus_tokens:,} tokens of "
+            "whole files, the target's greedy next tokens as labels: windows deep into real files)")
 
 
 def ended_note(result: dict) -> str:
@@ -360,6 +371,7 @@ def main() -> int:
     held_tokens = token_stream(pair.tokenizer, [text for _, text in held], eos)
     out, run_dir = Path(args.out), Path(args.run_dir)
     corpus_tokens = len(tokens)
+    corpus, held_corpus = tokens, held_tokens
     if args.distill_sequences:
         tokens = distilled(pair, tokens, run_dir / "distill_train.npy", args.distill_sequences, args, seed=args.seed)
         held_tokens = distilled(pair, held_tokens, run_dir / "distill_heldout.npy", 64, args, seed=args.seed + 1)
@@ -381,6 +393,9 @@ def main() -> int:
                                    seed=args.seed, make=line_prompts)
                  if args.line_prompts else np.zeros(0, dtype=np.int32))
         mixed = np.concatenate([tokens, definitions, lines])
+        if args.corpus_in_mix:
+            mixed = np.concatenate([np.tile(mixed, args.corpus_in_mix), corpus])
+            held_definitions = np.concatenate([held_definitions, held_corpus])
         stage2 = replace(stage1, steps=args.finetune_steps, lr=args.finetune_lr, warmup=args.finetune_warmup,
                          init=str(stage1_out))
         pair = load_pair(args.target, None)  # a fresh target: stage 1 installed its taps on the old one

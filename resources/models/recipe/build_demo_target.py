@@ -263,23 +263,6 @@ def build_model(cfg: dict) -> Model:
     return Model(margs)
 
 
-def use_host_attention(model_file) -> None:
-    """Train through the host attention: every several-token call without a cache (a training
-    forward) in `model_file` (an mlx-lm model module) takes kernels/verify_attention.py's NumPy
-    forward and backward; the rest stays mlx-lm's."""
-    from kernels.verify_attention import host_attention_trainable
-
-    stock = getattr(model_file.scaled_dot_product_attention, "stock", model_file.scaled_dot_product_attention)
-
-    def sdpa(queries, keys, values, cache, scale, mask, sinks=None):
-        if cache is None and sinks is None and queries.shape[2] > 1 and queries.dtype == mx.float32:
-            return host_attention_trainable(scale, mask)(queries, keys, values)
-        return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
-
-    sdpa.stock = stock
-    model_file.scaled_dot_product_attention = sdpa
-
-
 def lr_schedule(args):
     warm = optim.linear_schedule(args.lr * 0.01, args.lr, max(args.warmup, 1))
     decay = optim.cosine_decay(args.lr, max(args.steps - args.warmup, 1), args.lr * args.min_lr_ratio)
@@ -517,10 +500,10 @@ def main(argv=None) -> None:
         opt.update(model, grads)
         return loss
 
-    if args.host_attention:
-        import mlx_lm.models.qwen3 as qwen3
+    if args.host_attention:  # the CPU kernels' dispatchers: a forward without a cache takes the host path
+        from engine.models.cpu_kernels import install_cpu_kernels
 
-        use_host_attention(qwen3)
+        install_cpu_kernels(model, mx.cpu)
     elif not args.no_compile:
         step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)
 
