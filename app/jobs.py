@@ -42,6 +42,8 @@ class AdviseJob:
     decode_s: float
     ar_tok_s: Optional[float]  # measured AR speed when the run had an AR twin (Both mode)
     block: Optional[int]  # the block size the run used (None: the drafter's)
+    draft_window: int = 0  # the run's drafter context (its settings), which the curve's drafts follow
+    draft_sink: int = 0
     cancel: CancelToken = field(default_factory=CancelToken, compare=False)
     kind: str = "advise"
 

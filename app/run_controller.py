@@ -104,8 +104,10 @@ class RunController(QObject):
         ar = self.runs.get("ar")
         ar_tok_s = ar.summary.tok_per_s if ar is not None and ar.summary is not None else None
         self.w.statusBar().showMessage("advising: measuring the cost curve (cached after the first time)…")
+        settings = run.start.settings
         self._submit(AdviseJob([to_dict(r) for r in run.rounds], run.summary.decode_s, ar_tok_s,
-                               run.start.settings.get("block_size")))
+                               settings.get("block_size"), _count(settings.get("draft_window")),
+                               _count(settings.get("draft_sink"))))
 
     def stop(self) -> None:
         """Cancel the job in progress: a run stops within one round, a load between stages."""
@@ -246,3 +248,8 @@ class RunController(QObject):
         self.timer.stop()
         self.host.shutdown()
         self.host.take()
+
+
+def _count(value) -> int:
+    """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -66,3 +66,63 @@ def test_absurd_blocks_are_refused(qwen3_pair, block):
 
     with pytest.raises(DFlashError, match="1..64"):
         cc.measure(qwen3_pair, block=block or -1, repeats=1)
+
+
+def _deep_curve(block: int = 4) -> cc.CostCurve:
+    """Verifies that cost ~L AR steps' attention more at depth: cheap at 32, dear at 1,024."""
+    return cc.CostCurve(
+        target="t", device="cpu", blas="-", block=block, repeats=1, ar_step_ms=10.0,
+        verify_ms=[10.0 + n for n in range(block)], draft_ms=2.0, measured_at=0.0,
+        draft_by_length_ms=[0.0] + [2.0] * (block - 1),
+        deeper=[cc.DepthPoint(512, 12.0, [12.0 + 4 * n for n in range(block)], [0.0] + [2.0] * (block - 1)),
+                cc.DepthPoint(1024, 14.0, [14.0 + 8 * n for n in range(block)], [0.0] + [3.0] * (block - 1))])
+
+
+def test_the_curve_at_a_depth_interpolates_between_depths_and_extends_past_the_deepest():
+    curve = _deep_curve()
+    assert curve.at(0).verify_ms == curve.verify_ms == curve.at(32).verify_ms
+    mid = curve.at(768)  # halfway between 512 and 1,024
+    assert mid.ar_step_ms == 13.0 and mid.verify_ms == [13.0, 19.0, 25.0, 31.0] and mid.context == 768
+    assert mid.draft_by_length_ms == [0.0, 2.5, 2.5, 2.5] and mid.draft_ms == 2.5
+    assert curve.at(1024).verify_ms == curve.deeper[-1].verify_ms
+    past = curve.at(1536)  # along the 512..1,024 segment
+    assert past.verify_ms == [16.0, 28.0, 40.0, 52.0] and past.ar_step_ms == 16.0
+    assert curve.at(272).verify_ms == [11.0, 13.5, 16.0, 18.5]  # between the base (32) and 512
+    falling = cc.CostCurve(**{**curve.__dict__, "deeper": [cc.DepthPoint(512, 9.0, [9.0] * 4, None)]})
+    assert falling.at(4096).ar_step_ms == 9.0  # a noisy fall is never extended below the deepest point
+
+
+def test_measure_covers_the_depths_the_target_holds(qwen3_pair, monkeypatch):
+    from engine.decode import prefill
+
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64, 100_000))
+    curve = cc.measure(qwen3_pair, block=3, repeats=1)
+    limit = prefill.context_length(qwen3_pair)
+    assert [p.depth for p in curve.points()] == [cc.CONTEXT_TOKENS, 64] and limit < 100_000
+    deep = curve.deeper[0]
+    assert len(deep.verify_ms) == 3 and all(v > 0 for v in deep.verify_ms) and deep.ar_step_ms > 0
+    assert deep.draft_by_length_ms[0] == 0 and all(d > 0 for d in deep.draft_by_length_ms[1:])
+    assert deep.verify_ms == sorted(deep.verify_ms)  # fitted at every depth
+
+
+def test_a_cached_curve_keeps_its_depths_and_window(qwen3_pair, monkeypatch, tmp_path):
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    first, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, window=8, sink=2)
+    again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, window=8, sink=2)
+    assert cached and again == first and again.deeper and (again.draft_window, again.draft_sink) == (8, 2)
+    _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)  # another drafter context: another entry
+    assert not cached
+
+
+def test_auto_prices_a_round_at_the_runs_depth():
+    """Shallow, a long verify costs little more than a short one and the whole block pays; deep,
+    where a verify's attention costs L times a step's, a drafter right 60% of the time is worth
+    a short block only."""
+    from engine.decode.verify_length import VerifyLengthController
+
+    curve = _deep_curve(block=8)
+    c = VerifyLengthController(curve, 8)
+    for _ in range(40):
+        c.record(7, 3)  # three of seven drafts accepted each round
+    assert c.best(depth=32) > c.best(depth=4096) >= 1

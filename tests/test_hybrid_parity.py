@@ -225,7 +225,7 @@ def test_auto_verify_length_stays_lossless_with_tape_replay(hybrid_pairs, monkey
     from engine.decode.verify_length import VerifyLengthController
 
     counter = itertools.count()
-    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining: 1 + next(counter) % remaining)
+    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining, depth=0: 1 + next(counter) % remaining)
     for kind, pair in hybrid_pairs.items():
         _, _, rounds = parity_with_partial_accepts(pair, PROMPTS[0], auto=True)
         assert {r.verified for r in rounds} >= {1, 2, 3}, kind

@@ -142,7 +142,7 @@ def test_whole_blocks_accepted_reach_further_than_any_position_was_offered():
 def cycling_verify_length(monkeypatch):
     """Every verify length in turn, 1..cap, whatever the controller would pick."""
     counter = itertools.count()
-    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining: 1 + next(counter) % remaining)
+    monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining, depth=0: 1 + next(counter) % remaining)
 
 
 def test_greedy_auto_equals_ar(qwen3_pair, alternating_dirs):
@@ -195,7 +195,7 @@ def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_len
 def backed_off(monkeypatch):
     """A controller that always finds plain decoding best: rounds run in pipelined plain stretches
     between probes."""
-    monkeypatch.setattr(VerifyLengthController, "best", lambda self: 1)
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)
 
 
 def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_off, monkeypatch):
@@ -208,7 +208,7 @@ def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_of
     assert [r.index for r in rounds] == list(range(len(rounds)))
     # The same decisions one round at a time: the probes draft the same tokens, so the drafter
     # saw the same target taps for every plain token of a stretch.
-    monkeypatch.setattr(VerifyLengthController, "plain_stretch", lambda self: 0)
+    monkeypatch.setattr(VerifyLengthController, "plain_stretch", lambda self, depth=0: 0)
     _, single = run(qwen3_pair, PROMPTS[0], max_tokens=60, auto=True)
     assert [(r.position, r.drafted) for r in single if r.drafted] == [(r.position, r.drafted) for r in probes]
 

@@ -14,8 +14,9 @@ run's own drafts as what a block-k drafter would have drafted there. Counting it
 (rather than multiplying per-position acceptance rates) keeps the fact that a round which starts
 inside a streak, as short blocks often do, starts at an easy position.
 
-The curve's draft and verify times are scaled by what this run's rounds measured for the
-lengths they used (longer context, acceptance evaluated with the verify), and `overhead` is
+The curve's draft and verify times, at each round's context depth, are scaled by what this run's
+rounds measured for the lengths they used (acceptance is evaluated with the verify); the
+predictions price every length at the run's mean depth; and `overhead` is
 the rest of a round (rollback, events, text): the run's decode time per round minus its
 draft and verify times. Auto is predicted as the best fixed length, which its controller aims for.
 """
@@ -106,18 +107,21 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     block = min(block or curve.block, len(curve.verify_ms))
     auto_run = any(field_of(r, "unverified") for r in rounds)  # traces from when auto drafted whole blocks
     lengths = [min(verified_of(r), block) for r in rounds]
-    # The run's own verify and draft times against the curve's for the same lengths: the run's
-    # context is longer than the curve's and its verify also evaluates acceptance, so scale the
-    # curve by what the run saw. What is left (rollback, events, text) is a per-round constant.
+    # The run's own verify and draft times against the curve's for the same lengths at the same
+    # depths: the run's verify also evaluates acceptance, so scale the curve by what the run saw.
+    # What is left (rollback, events, text) is a per-round constant.
+    depths = [field_of(r, "position", 0) for r in rounds]
+    at = {d: curve.at(d) for d in set(depths)}
     verify_scale = _ratio(sum(field_of(r, "verify_ms", 0.0) for r in rounds),
-                          sum(curve.verify_ms[k - 1] for k in lengths))
+                          sum(at[d].verify_ms[k - 1] for k, d in zip(lengths, depths)))
     draft_scale = _ratio(sum(field_of(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
-                         sum(_draft_ms(curve, k, auto_run) for k in lengths if k > 1))
+                         sum(_draft_ms(at[d], k, auto_run) for k, d in zip(lengths, depths) if k > 1))
     spent = statistics.fmean(field_of(r, "draft_ms", 0.0) + field_of(r, "verify_ms", 0.0) for r in rounds)
     overhead = 1000.0 * decode_s / len(rounds) - spent
+    here = curve.at(round(statistics.fmean(depths)))  # every length priced at the run's mean depth
 
     def cost(k: int, whole_block: bool) -> float:
-        return max(draft_scale * _draft_ms(curve, k, whole_block) + verify_scale * curve.verify_ms[k - 1]
+        return max(draft_scale * _draft_ms(here, k, whole_block) + verify_scale * here.verify_ms[k - 1]
                    + overhead, 1e-6)
 
     found = streaks(rounds)
@@ -125,7 +129,7 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     round_ms = [cost(k, False) for k in range(1, block + 1)]
     tok_s = [1000.0 * e / ms for e, ms in zip(committed, round_ms)]
     auto_tok_s = max(tok_s)
-    ar = ar_tok_s or 1000.0 / curve.ar_step_ms
+    ar = ar_tok_s or 1000.0 / here.ar_step_ms
     return Advice(
         lengths=list(range(1, block + 1)),
         committed=[round(e, 4) for e in committed],

@@ -1,11 +1,17 @@
-"""The cost curve: what one verify of L tokens and one AR step cost the loaded target, here.
+"""The cost curve: what one verify of L tokens and one AR step cost the loaded target, here,
+at a context depth.
 
 A DFlash round costs a draft plus a verify whose cost grows with the number of positions it
-checks (on a CPU a 16-token verify is ~1.5-2 AR steps; on a GPU it is nearly flat). Which
-block size pays off follows from this curve and the acceptance a run sees. Measured per
-L = 1..block: `repeats` verifies of L tokens from a short fresh context, with taps and (for
-hybrid targets) tape recording as in a round, and as many single-token AR steps and drafts;
-the median of each. Cached per target files, block, device and BLAS in the user cache.
+checks (on a CPU a 16-token verify is ~1.5-2 AR steps; on a GPU it is nearly flat), and both
+grow with the context they attend to: a verify's attention over the KV cache is L rows where
+an AR step's is one. Which block size pays off follows from this curve at the run's depth and
+the acceptance a run sees. Measured at a few depths (DEPTHS, up to the target's context): a
+prompt of that many tokens is prefilled once, then per L = 1..block `repeats` verifies of L
+tokens, with taps and (for hybrid targets) tape recording as in a round, each followed by
+putting the caches back (engine/models/cache_state.py); as many single-token AR steps and
+drafts (the drafter's context kept as the run's draft window and sink keep it); the median
+of each. `at(depth)` interpolates between depths (linearly; past the deepest, along its last
+segment). Cached per target and drafter files, block, window, device and BLAS in the user cache.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,9 +32,10 @@ from engine.decode.cancel import CancelToken
 from engine.decode.proposal import propose
 from engine.decode.sampling import Sampler
 from engine.decode.settings import SamplingSettings
-from engine.decode.prefill import prefill
+from engine.decode.prefill import context_length, prefill
 from engine.decode.rollback import make_rollback
 from engine.errors import DFlashError
+from engine.models.cache_state import mark, restore
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime import blas
@@ -36,8 +43,18 @@ from engine.runtime.distributed import from_root
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
 
-CONTEXT_TOKENS = 32  # the short context every verify starts from
-SCHEMA = 2  # 2: draft time per block length
+CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
+DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
+SCHEMA = 3  # 2: draft time per block length; 3: depths
+
+
+@dataclass
+class DepthPoint:
+    """The curve measured at one deeper context."""
+    depth: int
+    ar_step_ms: float
+    verify_ms: list[float]
+    draft_by_length_ms: Optional[list[float]] = None
 
 
 @dataclass
@@ -54,6 +71,35 @@ class CostCurve:
     schema: int = SCHEMA
     # draft_by_length_ms[L - 1]: drafting a block of L (a fixed block size L drafts only L); [0] is 0
     draft_by_length_ms: Optional[list[float]] = None
+    context: int = CONTEXT_TOKENS  # the depth the fields above were measured at
+    deeper: list[DepthPoint] = field(default_factory=list)  # the same at further depths, ascending
+    draft_window: int = 0  # the drafter's context as the drafts were measured (settings' draft window)
+    draft_sink: int = 0
+
+    def points(self) -> list[DepthPoint]:
+        """Every depth measured, the base first."""
+        base = DepthPoint(self.context, self.ar_step_ms, self.verify_ms, self.draft_by_length_ms)
+        return [base] + list(self.deeper)
+
+    def at(self, depth: int) -> "CostCurve":
+        """The curve at context depth `depth`: interpolated between the two depths around it,
+        along the deepest segment past the deepest (never falling), the base below it."""
+        points = self.points()
+        if len(points) == 1 or depth <= points[0].depth:
+            return replace(self, deeper=[])
+        low, high = next(((a, b) for a, b in zip(points, points[1:]) if depth <= b.depth), points[-2:])
+        w = (depth - low.depth) / (high.depth - low.depth)
+
+        def blend(a: float, b: float) -> float:
+            return round(max(a + w * (b - a), b if w > 1 else min(a, b)), 4)
+
+        by_length = None
+        if low.draft_by_length_ms and high.draft_by_length_ms:
+            by_length = [blend(a, b) for a, b in zip(low.draft_by_length_ms, high.draft_by_length_ms)]
+        return replace(self, ar_step_ms=blend(low.ar_step_ms, high.ar_step_ms),
+                       verify_ms=[blend(a, b) for a, b in zip(low.verify_ms, high.verify_ms)],
+                       draft_by_length_ms=by_length, draft_ms=by_length[-1] if by_length else self.draft_ms,
+                       context=depth, deeper=[])
 
     def verify_in_ar_steps(self) -> list[float]:
         return [round(v / self.ar_step_ms, 3) for v in self.verify_ms]
@@ -69,15 +115,20 @@ class CostCurve:
 
 
 def fitted(curve: CostCurve) -> CostCurve:
-    """The curve with its verify and draft times made non-decreasing in length: timing noise on a
-    loaded CPU can make a longer verify look cheaper than a shorter one (measured: a verify of 3 at
-    16.0 ms, of 1 at 18.4 ms), which tilts auto towards drafting. Work grows with length, so the
-    curve is the nearest non-decreasing one."""
-    by_length = curve.draft_by_length_ms
-    if by_length:
-        by_length = [by_length[0]] + non_decreasing(by_length[1:])
-    return replace(curve, verify_ms=non_decreasing(curve.verify_ms), draft_by_length_ms=by_length,
-                   draft_ms=by_length[-1] if by_length else curve.draft_ms)
+    """The curve with its verify and draft times made non-decreasing in length at every depth:
+    timing noise on a loaded CPU can make a longer verify look cheaper than a shorter one
+    (measured: a verify of 3 at 16.0 ms, of 1 at 18.4 ms), which tilts auto towards drafting.
+    Work grows with length, so each depth's curve is the nearest non-decreasing one."""
+    def fit(point: DepthPoint) -> DepthPoint:
+        by_length = point.draft_by_length_ms
+        if by_length:
+            by_length = [by_length[0]] + non_decreasing(by_length[1:])
+        return replace(point, verify_ms=non_decreasing(point.verify_ms), draft_by_length_ms=by_length)
+
+    base, *deeper = [fit(p) for p in curve.points()]
+    return replace(curve, verify_ms=base.verify_ms, draft_by_length_ms=base.draft_by_length_ms,
+                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
+                   deeper=deeper)
 
 
 def non_decreasing(values: list[float]) -> list[float]:
@@ -95,35 +146,71 @@ def _median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000.0, 4)
 
 
-def _verify_once(pair: LoadedPair, ids: mx.array, length: int, ar: bool = False) -> float:
-    cache = make_target_cache(pair.target)
-    prefill(pair, cache, ids.tolist(), record_taps=False)
-    block = ids[:length][None]
-    rollback = make_rollback(pair.target, cache) if not ar and pair.taps is not None else None
+def _ids(pair: LoadedPair, n: int) -> list[int]:
+    vocab = pair.head.vocab_size
+    return [(97 + 31 * i) % vocab for i in range(n)]
+
+
+def _timed_verify(pair: LoadedPair, cache: list, block: mx.array, rollback, ar: bool) -> float:
+    """One forward of `block` on top of `cache` (a round's verify, or an AR step), then the caches back."""
+    where = mark(cache)
+    length = block.shape[1]
     t0 = time.perf_counter()
-    if rollback is None:
-        out = pair.target(block, cache=cache)
-        mx.eval(out)
+    if ar or rollback is None:
+        mx.eval(pair.target(block, cache=cache))
     else:
         with pair.taps.capture(length > 1), rollback.recording():
             out = pair.target(block, cache=cache)
         mx.eval(out, pair.taps.concatenated() if length > 1 else out)
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    restore(cache, where)
+    return elapsed
 
 
-def _draft_once(pair: LoadedPair, ids: mx.array, block: int) -> float:
-    cache = make_target_cache(pair.target)
-    _, context = prefill(pair, cache, ids.tolist(), record_taps=True)
+def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, window: int, sink: int) -> float:
+    """A draft of `length` at `depth`: the drafter's context cache filled as a run's would be (the
+    run's window and sink), then timed over a pass that adds a round's new rows."""
     drafter, head = pair.drafter, pair.head
-    dcache = drafter.make_cache()
-    blocks = mx.array([int(ids[-1])] + [drafter.cfg.mask_token_id] * (block - 1))[None]
-    # The first pass caches the prompt's context; a round's draft sees a few new positions only.
+    ids = _ids(pair, depth + 1)
+    dcache = drafter.make_cache(window or None, sink)
+    fresh = min(length, depth)  # a round adds accepted + 1 rows; a block's worth is the most
+    blocks = mx.array([ids[depth]] + [drafter.cfg.mask_token_id] * (length - 1))[None]
     embedded = drafter.embed(head, blocks)
-    mx.eval(drafter(embedded, context[:, :-block], dcache, ids.shape[0] - block), [c.state for c in dcache])
+    mx.eval(drafter(embedded, context[:, : depth - fresh], dcache, depth - fresh), [c.state for c in dcache])
     t0 = time.perf_counter()
-    hidden = drafter(embedded, context[:, -block:], dcache, ids.shape[0])
-    mx.eval(propose(drafter, head, hidden[0, 1:], int(ids[-1]), Sampler(SamplingSettings())).drafts)  # DFlash2: its selector too
+    hidden = drafter(embedded, context[:, depth - fresh : depth], dcache, depth)
+    mx.eval(propose(drafter, head, hidden[0, 1:], ids[depth], Sampler(SamplingSettings())).drafts)  # DFlash2: its selector too
     return time.perf_counter() - t0
+
+
+def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, window: int, sink: int,
+                   cancel: CancelToken) -> DepthPoint:
+    cache = make_target_cache(pair.target)
+    ids = _ids(pair, depth + block)
+    _, context = prefill(pair, cache, ids[:depth], record_taps=pair.taps is not None)
+    rollback = make_rollback(pair.target, cache) if pair.taps is not None else None
+    verify_ids = mx.array(ids[depth:])[None]
+    _timed_verify(pair, cache, verify_ids, rollback, ar=False)  # warm-up: kernels compiled, buffers grown
+    verify: list[list[float]] = [[] for _ in range(block)]
+    ar: list[float] = []
+    draft: list[list[float]] = [[] for _ in range(block)]
+    for _ in range(repeats):
+        for length in range(1, block + 1):
+            if cancel.cancelled:
+                raise DFlashError("calibration was cancelled.")
+            verify[length - 1].append(_timed_verify(pair, cache, verify_ids[:, :length], rollback, ar=False))
+        ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, ar=True))
+        if pair.drafter is not None:
+            for length in range(2, block + 1):
+                draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink))
+    return DepthPoint(depth, _median_ms(ar), [_median_ms(v) for v in verify],
+                      [0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None)
+
+
+def depths_for(pair: LoadedPair, block: int) -> list[int]:
+    """DEPTHS that fit the target's context with a block after them (the base always)."""
+    limit = context_length(pair)
+    return [d for d in DEPTHS if d == CONTEXT_TOKENS or limit is None or d + block < limit]
 
 
 def _check(block: int, repeats: int) -> None:
@@ -131,50 +218,46 @@ def _check(block: int, repeats: int) -> None:
         raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
 
 
-def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3,
+def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0, sink: int = 0,
             progress: Callable[[str], None] = lambda msg: None,
             cancel: Optional[CancelToken] = None) -> CostCurve:
-    """Time verifies of 1..block tokens, AR steps and drafts on this machine (seconds, not minutes)."""
+    """Time verifies of 1..block tokens, AR steps and drafts at each depth on this machine (seconds,
+    not minutes)."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)
     cancel = cancel or CancelToken()
+    points = []
     with mx.stream(STREAM):
-        vocab = pair.head.vocab_size
-        ids = mx.array([(97 + 31 * i) % vocab for i in range(CONTEXT_TOKENS + block)])
-        _verify_once(pair, ids, block)  # warm-up: kernels compiled, caches allocated
-        verify: list[list[float]] = [[] for _ in range(block)]
-        ar: list[float] = []
-        draft: list[list[float]] = [[] for _ in range(block)]
-        for r in range(repeats):
-            for length in range(1, block + 1):
-                if cancel.cancelled:
-                    raise DFlashError("calibration was cancelled.")
-                verify[length - 1].append(_verify_once(pair, ids, length))
-            ar.append(_verify_once(pair, ids, 1, ar=True))
-            if pair.drafter is not None:
-                for length in range(2, block + 1):
-                    draft[length - 1].append(_draft_once(pair, ids, length))
-            progress(f"repeat {r + 1}/{repeats}")
+        for depth in depths_for(pair, block):
+            points.append(_measure_depth(pair, depth, block, repeats, window, sink, cancel))
+            progress(f"depth {depth}: {len(points)}/{len(depths_for(pair, block))}")
         device = str(mx.default_device())
+    base, *deeper = points
     return fitted(CostCurve(
         target=str(pair.target_path), device=device, blas=blas.status.split(" (")[0], block=block,
-        repeats=repeats, ar_step_ms=_median_ms(ar), verify_ms=[_median_ms(v) for v in verify],
-        draft_ms=_median_ms(draft[-1]) if draft[-1] else None, measured_at=time.time(),
-        draft_by_length_ms=[0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None,
+        repeats=repeats, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
+        draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else None, measured_at=time.time(),
+        draft_by_length_ms=base.draft_by_length_ms, context=base.depth, deeper=deeper,
+        draft_window=window, draft_sink=sink,
     ))
 
 
 def _sound(curve: CostCurve, block: int) -> bool:
-    """A cached curve the controller can use: positive times for every verify length."""
+    """A cached curve the controller can use: positive times for every verify length at every
+    depth, depths ascending."""
     def positive(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
-    by_length = curve.draft_by_length_ms
-    return (isinstance(curve.verify_ms, list) and len(curve.verify_ms) == block and curve.block == block
-            and all(positive(v) for v in curve.verify_ms) and positive(curve.ar_step_ms)
-            and (curve.draft_ms is None or positive(curve.draft_ms))
-            and (by_length is None or (isinstance(by_length, list) and len(by_length) == block
-                                       and all(positive(v) for v in by_length[1:]))))
+    def sound(p: DepthPoint) -> bool:
+        by_length = p.draft_by_length_ms
+        return (isinstance(p.verify_ms, list) and len(p.verify_ms) == block and all(positive(v) for v in p.verify_ms)
+                and positive(p.ar_step_ms) and isinstance(p.depth, int)
+                and (by_length is None or (isinstance(by_length, list) and len(by_length) == block
+                                           and all(positive(v) for v in by_length[1:]))))
+
+    points = curve.points()
+    return (curve.block == block and (curve.draft_ms is None or positive(curve.draft_ms))
+            and all(sound(p) for p in points) and all(a.depth < b.depth for a, b in zip(points, points[1:])))
 
 
 def cache_dir() -> Path:
@@ -186,10 +269,11 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("dflash-playground"))
 
 
-def cache_key(pair: LoadedPair, block: int, repeats: int) -> str:
-    """Changes with the target's and the drafter's files, the block, repeats, device, BLAS and MLX."""
+def cache_key(pair: LoadedPair, block: int, repeats: int, window: int = 0, sink: int = 0) -> str:
+    """Changes with the target's and the drafter's files, the block, repeats, the draft window and
+    sink, device, BLAS and MLX."""
     parts = [str(pair.target_path.resolve()), str(block), str(repeats), mx.__version__, blas.status,
-             str(pair.drafter_path.resolve()) if pair.drafter_path else "-"]
+             str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}"]
     with mx.stream(STREAM):
         parts.append(str(mx.default_device()))
     folders = [pair.target_path] + ([pair.drafter_path] if pair.drafter_path else [])
@@ -199,27 +283,36 @@ def cache_key(pair: LoadedPair, block: int, repeats: int) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
+def _from_json(data: dict) -> CostCurve:
+    values = {k: data[k] for k in CostCurve.__dataclass_fields__}
+    values["deeper"] = [DepthPoint(**{k: p[k] for k in DepthPoint.__dataclass_fields__}) for p in values["deeper"]]
+    return CostCurve(**values)
+
+
 def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
+               window: int = 0, sink: int = 0,
                progress: Callable[[str], None] = lambda msg: None,
                cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
-    """(curve, from_cache): the cached curve for this target and machine, else a new measurement."""
+    """(curve, from_cache): the cached curve for this target and machine, else a new measurement.
+    window, sink: the drafter's context as the runs that use the curve keep it (their settings)."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
-        return _agreed(measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel), pair), False
-    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats)}.json"
+        curve = measure(pair, block=block, repeats=repeats, window=window, sink=sink, progress=progress, cancel=cancel)
+        return _agreed(curve, pair), False
+    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink)}.json"
     if not fresh and path.is_file():
         try:
             data = json_text.loads(path.read_bytes())
             if isinstance(data, dict) and data.get("schema") == SCHEMA:
-                curve = CostCurve(**{k: data[k] for k in CostCurve.__dataclass_fields__})
+                curve = _from_json(data)
                 if _sound(curve, block):
                     return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
-    curve = measure(pair, block=block, repeats=repeats, progress=progress, cancel=cancel)
+    curve = measure(pair, block=block, repeats=repeats, window=window, sink=sink, progress=progress, cancel=cancel)
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError:
@@ -230,9 +323,16 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
 def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:
     """The curve with rank 0's timings on every rank, so every rank's controller picks the same lengths."""
     block = len(curve.verify_ms)
-    by_length = curve.draft_by_length_ms or [0.0] * block
-    numbers = mx.array([curve.ar_step_ms, curve.draft_ms or 0.0, *curve.verify_ms, *by_length], dtype=mx.float32)
-    ar, draft, *rest = from_root(numbers, pair.ranks).tolist()
-    return replace(curve, ar_step_ms=ar, draft_ms=draft if curve.draft_ms is not None else None,
-                   verify_ms=rest[:block],
-                   draft_by_length_ms=rest[block:] if curve.draft_by_length_ms is not None else None)
+
+    def numbers(p: DepthPoint) -> list[float]:
+        return [p.ar_step_ms, *p.verify_ms, *(p.draft_by_length_ms or [0.0] * block)]
+
+    points = curve.points()
+    agreed = from_root(mx.array([numbers(p) for p in points], dtype=mx.float32), pair.ranks).tolist()
+    base, *deeper = [replace(p, ar_step_ms=row[0], verify_ms=row[1 : block + 1],
+                             draft_by_length_ms=row[block + 1 :] if p.draft_by_length_ms is not None else None)
+                     for p, row in zip(points, agreed)]
+    return replace(curve, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
+                   draft_by_length_ms=base.draft_by_length_ms,
+                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
+                   deeper=deeper)

@@ -152,7 +152,8 @@ class DFlashDecoder(Decoder):
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
         self.tables_on_host = STREAM.device == mx.cpu  # the why and selector tables: see engine/decode/why.py
         if settings.auto:
-            curve, _ = cost_curve(pair, block=self.block, cancel=self.cancel)  # cached after the first
+            curve, _ = cost_curve(pair, block=self.block, window=settings.draft_window, sink=settings.draft_sink,
+                                  cancel=self.cancel)  # cached after the first
             self.verify_length = VerifyLengthController(curve, self.block)
 
     @property
@@ -165,7 +166,7 @@ class DFlashDecoder(Decoder):
             self.pending.append(context)
         anchor, index = int(y.item()), 0
         while not self.cancel.cancelled:
-            plain = self.verify_length.plain_stretch() if self.verify_length is not None else 0
+            plain = self.verify_length.plain_stretch(self.position) if self.verify_length is not None else 0
             rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
             for event in rounds:
                 self.stats.add(event)
@@ -180,7 +181,7 @@ class DFlashDecoder(Decoder):
     def round(self, index: int, anchor: int) -> RoundEvent:
         """One round: draft, verify, accept, roll back, commit."""
         length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
-        verify = length if self.verify_length is None else self.verify_length.choose(length)
+        verify = length if self.verify_length is None else self.verify_length.choose(length, self.position)
         t0 = time.perf_counter()
         proposal = self.draft(anchor, verify)  # auto drafts only what it verifies, as a fixed size would
         drafts = proposal.drafts

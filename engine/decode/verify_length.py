@@ -1,7 +1,8 @@
 """How many positions to draft and verify each round (`--block-size auto`).
 
 A round of length k (the anchor and k - 1 drafts, drafted and verified) costs draft(k) plus
-verify(k) from the cost curve, and commits on average
+verify(k) from the cost curve at the run's current context depth (a verify's attention grows
+with it faster than a step's), and commits on average
     E(k) = 1 + sum_{i < k} a_1 * ... * a_i
 tokens, where a_j is the chance that draft j is accepted once drafts 1..j-1 were. The
 controller keeps recency-weighted counts of a_j from this run's rounds and picks the k with the
@@ -63,14 +64,16 @@ class VerifyLengthController:
             totals.append(total)
         return totals
 
-    def best(self) -> int:
-        """The k with the most expected committed tokens per millisecond."""
-        per_ms = [e / self.curve.round_ms(k, whole_block=False) for k, e in enumerate(self.expected_tokens(), 1)]
+    def best(self, depth: int = 0) -> int:
+        """The k with the most expected committed tokens per millisecond at context depth `depth`."""
+        curve = self.curve.at(depth)
+        per_ms = [e / curve.round_ms(k, whole_block=False) for k, e in enumerate(self.expected_tokens(), 1)]
         return per_ms.index(max(per_ms)) + 1
 
-    def choose(self, remaining: int) -> int:
-        """The verify length for the next round (at most `remaining`, the tokens still wanted)."""
-        k = self.best()
+    def choose(self, remaining: int, depth: int = 0) -> int:
+        """The verify length for the next round (at most `remaining`, the tokens still wanted), at
+        context depth `depth` (the anchor's position)."""
+        k = self.best(depth)
         if k == 1:
             self.plain_rounds += 1
             if self.plain_rounds >= self.probe_every:  # look again at what the drafter offers
@@ -82,10 +85,10 @@ class VerifyLengthController:
             self.probe_every = PROBE_FIRST
         return max(1, min(k, remaining))
 
-    def plain_stretch(self) -> int:
+    def plain_stretch(self, depth: int = 0) -> int:
         """How many plain (k = 1) rounds to run back to back now, before the next probe; 0 when
         drafting pays. The decoder runs them pipelined, as AR decoding is."""
-        if self.best() != 1:
+        if self.best(depth) != 1:
             return 0
         return max(self.probe_every - self.plain_rounds - 1, 0)
 

@@ -65,7 +65,8 @@ def run_block_sizes(
     for size in sizes:  # every size checked against the drafter before anything is measured
         _settings_for(settings, size).resolved(pair)
     check_prompts(pair, prompts, settings.max_tokens)
-    curve, _ = cost_curve(pair, progress=progress, cancel=cancel)
+    curve, _ = cost_curve(pair, window=settings.draft_window, sink=settings.draft_sink, progress=progress,
+                          cancel=cancel)
     ar_settings = replace(settings, mode="ar")
     progress("warm-up")
     all_ids = [ids for _, ids in prompts]

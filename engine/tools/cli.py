@@ -15,7 +15,7 @@ import sys
 from typing import Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
-from engine.decode.settings import DEFAULTS
+from engine.decode.settings import DEFAULTS, draft_context_text
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes
@@ -222,17 +222,24 @@ def cmd_calibrate(args) -> int:
     pair = _load(args)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
-                               progress=progress)
+                               window=args.draft_window, sink=args.draft_sink, progress=progress)
+    points = [curve.at(p.depth) for p in curve.points()]
     if args.json:
-        print(json.dumps({**asdict(curve), "cached": cached, "verify_in_ar_steps": curve.verify_in_ar_steps()}))
+        print(json.dumps({**asdict(curve), "cached": cached,
+                          "verify_in_ar_steps": {p.context: p.verify_in_ar_steps() for p in points}}))
         return 0
     when = "cached" if cached else "measured now"
-    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, median of {curve.repeats}")
-    print(f"AR step: {curve.ar_step_ms:.2f} ms" + (f"; draft of a {curve.block}-token block: {curve.draft_ms:.2f} ms"
-                                                   if curve.draft_ms is not None else ""))
-    print("verify length".rjust(14) + "ms".rjust(10) + "AR steps".rjust(10) + "round, AR steps".rjust(17))
-    for length, (ms, steps) in enumerate(zip(curve.verify_ms, curve.verify_in_ar_steps()), 1):
-        print(f"{length:14d}{ms:10.2f}{steps:10.2f}{curve.round_ms(length) / curve.ar_step_ms:17.2f}")
+    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, median of {curve.repeats}; "
+          f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}")
+    print("A verify of L tokens and a round (its draft of L and its verify) in ms and in AR steps, "
+          "at each context depth measured:")
+    print("depth".rjust(6) + "".join(f"{p.context:>24d}" for p in points))
+    print("AR ms".rjust(6) + "".join(f"{p.ar_step_ms:>24.2f}" for p in points))
+    print("L".rjust(6) + "   verify ms steps round" * len(points))
+    for length in range(1, len(curve.verify_ms) + 1):
+        cells = (f"{p.verify_ms[length - 1]:>12.2f}{p.verify_in_ar_steps()[length - 1]:>6.2f}"
+                 f"{p.round_ms(length, whole_block=False) / p.ar_step_ms:>6.2f}" for p in points)
+        print(f"{length:6d}" + "".join(cells))
     return 0
 
 

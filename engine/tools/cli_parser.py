@@ -64,6 +64,10 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollback", choices=ROLLBACK_MODES, default=DEFAULTS.rollback,
                    help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
                         f"(default: {DEFAULTS.rollback})")
+    _add_draft_context(p)
+
+
+def _add_draft_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-window", type=int, default=DEFAULTS.draft_window, metavar="N",
                    help="the drafter sees the last N context positions (full-attention drafter layers; "
                         f"sliding ones keep their trained window); 0 keeps all (default {DEFAULTS.draft_window})")
@@ -115,6 +119,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     c.add_argument("--block-size", type=int, help="measure verifies up to this length (default: the drafter's)")
     c.add_argument("--repeats", type=int, default=3, help="measurements per length; the median is kept")
     c.add_argument("--fresh", action="store_true", help="measure again even when a cached curve exists")
+    _add_draft_context(c)
     c.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="convert a trace")
