@@ -17,7 +17,7 @@ from typing import Any, Optional
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import StartEvent, to_dict
+from engine.decode.events import PrefillEvent, StartEvent, to_dict
 from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
     ParityDone, RunFailed, RunJob,
@@ -186,6 +186,9 @@ class RunController(QObject):
             w.show_error("The run failed", msg.message)
 
     def _engine_event(self, msg: EngineEvent) -> None:
+        if isinstance(msg.event, PrefillEvent):  # progress only: not part of the run's record or trace
+            self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
+            return
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None
             run = RunRecord(msg.event, msg.header, table)
@@ -213,7 +216,7 @@ class RunController(QObject):
         if final or now - self._last_plot >= max(PLOT_MIN_S, 2 * self._throttle.last_gap):
             self._last_plot = now
             w.plots.update_runs(self.runs, self.rounds_run)
-            w.why_view.update_run(self.rounds_run)
+            w.why_view.update_run(self.rounds_run, self.runs.get("ar"))
             w.selector_view.update_run(self.rounds_run)
             self._dirty = False
         if final:
@@ -232,8 +235,9 @@ class RunController(QObject):
             run = self.current_run
             if run is not None and run.summary is not None:
                 s = run.summary
+                reused = f"; {s.reused_tokens:,} prompt tokens reused from the last run" if s.reused_tokens else ""
                 w.statusBar().showMessage(
-                    f"{s.mode}: {s.num_generated} tokens, {s.tok_per_s:.1f} tok/s, stop: {s.stop_reason}")
+                    f"{s.mode}: {s.num_generated} tokens, {s.tok_per_s:.1f} tok/s, stop: {s.stop_reason}{reused}")
             elif msg.cancelled:
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)
@@ -253,3 +257,9 @@ class RunController(QObject):
 def _count(value) -> int:
     """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def prefill_message(label: str, event: PrefillEvent) -> str:
+    """The status line while the prompt runs through the target."""
+    reused = f" ({event.reused:,} reused from the last run)" if event.reused else ""
+    return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"

@@ -1,9 +1,11 @@
 """The "Why" tab: is the drafter calibrated, which block size pays on this machine, and what a
 verify costs here.
 
-Three plots: acceptance against the drafter's confidence (from the run's rounds, live), the
+Five plots: acceptance against the drafter's confidence (from the run's rounds, live), the
 advisor's predicted speedup for every block size with the current one marked, and the cost
-curve. The last two come from the worker (`Advise block size`): it measures or reads the
+curve; below, acceptance and round cost against context depth (live, each round at its anchor's
+position, with the mean over each depth range; the AR run's step cost beside it in Both mode).
+The advice and the curve come from the worker (`Advise block size`): it measures or reads the
 cached cost curve of the loaded pair and runs the advisor on this run's rounds.
 """
 
@@ -17,8 +19,10 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.decode.calibration import calibration
+from engine.decode.depth_stats import DepthStats, bin_middle, round_times, step_times
+from engine.decode.events import TextEvent
 from app import theme
-from app.plots import TITLE, empty_bars
+from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 
 
@@ -71,6 +75,21 @@ class WhyView(QWidget):
         self.p_cost.addItem(self.cost_ar)
         self.cost_ar.hide()
 
+        self.p_depth_acc = self.plots.addPlot(row=1, col=0)
+        self.p_depth_acc.setTitle("Acceptance length by context depth", **TITLE)
+        self.p_depth_acc.setLabel("bottom", "context depth (tokens)")
+        self.depth_acc_dots = self.p_depth_acc.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
+                                                    symbolBrush=translucent_brush(theme.PLOT_DFLASH, 110))
+        self.depth_acc_mean = self.p_depth_acc.plot(pen=pg.mkPen(theme.PLOT_DFLASH, width=2))
+
+        self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2)
+        self.p_depth_cost.setTitle("Cost by context depth (ms): DFlash round, AR step", **TITLE)
+        self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
+        self.depth_cost_dots = self.p_depth_cost.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
+                                                      symbolBrush=translucent_brush(theme.PLOT_VERIFY, 110))
+        self.depth_cost_mean = self.p_depth_cost.plot(pen=pg.mkPen(theme.PLOT_VERIFY, width=2))
+        self.depth_ar_mean = self.p_depth_cost.plot(pen=pg.mkPen(theme.PLOT_AR, width=2))
+
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
@@ -85,13 +104,34 @@ class WhyView(QWidget):
         self.adv_auto.hide()
         self.cost_verify.setData([], [])
         self.cost_ar.hide()
+        for curve in (self.depth_acc_dots, self.depth_acc_mean, self.depth_cost_dots, self.depth_cost_mean,
+                      self.depth_ar_mean):
+            curve.setData([], [])
         self.advice = None
         self.summary.setText("Run DFlash, then press Advise block size.")
 
-    def update_run(self, run: Optional[RunRecord]) -> None:
-        """The calibration plot from the run's rounds (those that carry confidences)."""
+    def update_run(self, run: Optional[RunRecord], ar_run: Optional[RunRecord] = None) -> None:
+        """The calibration plot from the run's rounds (those that carry confidences), and the depth
+        plots from its rounds and the AR run's steps."""
         points = calibration(run.rounds) if run is not None else []
         self.cal_curve.setData([p for p, _, _ in points], [a for _, a, _ in points])
+        rounds = run.rounds if run is not None else []
+        times = round_times(rounds)
+        self.depth_acc_dots.setData([d for d, _ in times], [r.accepted + 1 for r in rounds])
+        self.depth_cost_dots.setData([d for d, _ in times], [1000.0 * s for _, s in times])
+        stats = DepthStats()
+        stats.add_rounds(rounds)
+        if ar_run is not None and ar_run.summary is not None:
+            stats.add_steps(step_times([e for e in ar_run.events if isinstance(e, TextEvent)],
+                                       ar_run.summary.prompt_tokens))
+        rows = stats.rows()
+        middle = [bin_middle(b.index) for b in rows]
+        with_tau = [(m, b.tau) for m, b in zip(middle, rows) if b.tau is not None]
+        self.depth_acc_mean.setData([m for m, _ in with_tau], [t for _, t in with_tau])
+        with_cost = [(m, b.round_ms) for m, b in zip(middle, rows) if b.round_ms is not None]
+        self.depth_cost_mean.setData([m for m, _ in with_cost], [c for _, c in with_cost])
+        with_ar = [(m, 1000.0 / b.ar_tok_s) for m, b in zip(middle, rows) if b.ar_tok_s]
+        self.depth_ar_mean.setData([m for m, _ in with_ar], [c for _, c in with_ar])
 
     def show_advice(self, curve: dict, advice: Optional[dict], current: Optional[int], note: str = "") -> None:
         lengths = np.arange(1, len(curve["verify_ms"]) + 1, dtype=float)

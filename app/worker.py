@@ -23,6 +23,7 @@ import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
 from engine.errors import DFlashError
 from engine.decode.events import StartEvent
+from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
@@ -77,6 +78,7 @@ class Worker(QObject):
         self.outbox = outbox
         self.pair = None
         self.pair_key: Optional[tuple[str, Optional[str]]] = None
+        self.prefix = PrefixCache()  # the last run's caches, for the next run of the same pair
 
     @Slot(object)
     def handle(self, item: tuple[int, Any]) -> None:
@@ -104,6 +106,7 @@ class Worker(QObject):
                 log.info("%s refused: %s", stage, exc)
             else:
                 log.exception("%s failed", stage)
+            self.prefix.clear()  # a run that failed part-way leaves nothing to build on
             if is_out_of_memory(exc):
                 _clear_mlx_cache()
             put(LoadFailed(user_message(exc), False) if stage == "load" else RunFailed(user_message(exc)))
@@ -119,6 +122,7 @@ class Worker(QObject):
     def _release(self) -> None:
         self.pair = None
         self.pair_key = None
+        self.prefix.clear()
         gc.collect()
         _clear_mlx_cache()
 
@@ -180,7 +184,8 @@ class Worker(QObject):
                 put(EngineEvent(label[0], event))
 
         if job.mode == "both":
-            result = engine_parity.run_parity(pair, ids, job.settings, on_event=emit, cancel=job.cancel)
+            result = engine_parity.run_parity(pair, ids, job.settings, on_event=emit, cancel=job.cancel,
+                                              prefix=self.prefix)
             put(ParityDone(
                 identical=result.identical,
                 first_divergence=result.first_divergence,
@@ -194,7 +199,7 @@ class Worker(QObject):
             ))
         else:
             settings = replace(job.settings, mode=job.mode)
-            for event in engine_generate.generate(pair, ids, settings, job.cancel):
+            for event in engine_generate.generate(pair, ids, settings, job.cancel, prefix=self.prefix):
                 emit(event)
         return True
 

@@ -18,14 +18,16 @@ compiled then: NumPy needs concrete arrays).
 
 The reference is `reference` (pure MLX ops), and MLX's own `mx.fast.scaled_dot_product_attention`
 is held to it too (tests/test_verify_attention.py). engine/models/cpu_kernels.py installs the
-dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) and whole sequences run
-without a cache (the drafter trainer's target pass) take the host path on the CPU; one-token steps
-(AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.
+dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks), and inside whole_sequences()
+whole sequences run without a cache (the drafter trainer's target pass), take the host path on the
+CPU; one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator, Optional, Union
 
 import mlx.core as mx
 import numpy as np
@@ -34,6 +36,20 @@ MAX_ROWS = 64  # query rows per call that the dispatcher sends here: verify bloc
 CHUNK_SCORES = 1 << 22  # score elements per chunk of rows (16 MB of float32)
 
 Mask = Union[None, str, mx.array]
+# Whole sequences run without a cache take the host path only inside whole_sequences(): NumPy needs
+# concrete arrays, so a forward traced by mx.compile (a compiled training step) must keep MLX's.
+_WHOLE_SEQUENCES: ContextVar[bool] = ContextVar("host_attention_for_whole_sequences", default=False)
+
+
+@contextmanager
+def whole_sequences() -> Iterator[None]:
+    """Forwards without a cache (a trainer's target pass, an uncompiled training step) take the host
+    path inside this block."""
+    token = _WHOLE_SEQUENCES.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE_SEQUENCES.reset(token)
 
 
 def causal_allowed(rows: int, keys: int, xp=mx):
@@ -156,12 +172,12 @@ def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
 
 def sdpa_with_fallback(stock: Callable) -> Callable:
     """mlx-lm's scaled_dot_product_attention signature: the host path for verify blocks (not for
-    a quantized KV cache) and for whole sequences run without a cache (training and distillation
-    forwards, through the trainable path so gradients still flow), `stock` (mlx-lm's) for
-    everything else: one-token steps and prefill chunks."""
+    a quantized KV cache) and, inside whole_sequences(), for whole sequences run without a cache
+    (training and distillation forwards, through the trainable path so gradients still flow);
+    `stock` (mlx-lm's) for everything else: one-token steps, prefill chunks, compiled steps."""
 
     def sdpa_dispatch(queries, keys, values, cache, scale, mask, sinks=None):
-        if cache is None and host_takes(queries, keys, mask, sinks, max_rows=None):
+        if cache is None and _WHOLE_SEQUENCES.get() and host_takes(queries, keys, mask, sinks, max_rows=None):
             return host_attention_trainable(scale, mask)(queries, keys, values)
         if cache is not None and not hasattr(cache, "bits") and host_takes(queries, keys, mask, sinks):
             return host_attention(queries, keys, values, scale, mask)

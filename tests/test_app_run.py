@@ -5,7 +5,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
-from engine.decode.events import RoundEvent, SummaryEvent
+from engine.decode.events import PrefillEvent, RoundEvent, SummaryEvent
 from engine.decode.decoder import generate
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import first_divergence
@@ -215,3 +215,23 @@ def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen
     from app.settings import load_settings
 
     assert load_settings()[0].block_auto is True
+
+
+def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_window, qwen3_tied_dirs):
+    """Same prompt with new settings: the prefill is taken from the last run, the status line says how
+    much, and the tokens are those of a run that prefilled afresh."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=12, mode="ar")
+    run_and_wait(qtbot, w)
+    n = w.current_run.summary.prompt_tokens
+    assert w.current_run.summary.reused_tokens == 0
+    w.prompt.set_mode("dflash")
+    w.prompt.max_tokens.setValue(16)
+    run_and_wait(qtbot, w)
+    summary = w.rounds_run.summary
+    assert summary.reused_tokens == n and f"{n:,} prompt tokens reused" in w.statusBar().currentMessage()
+    pair = load_pair(*qwen3_tied_dirs)
+    ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
+    cold = list(generate(pair, ids, GenerationSettings(max_tokens=16)))[-1]
+    assert summary.token_ids == cold.token_ids
+    assert all(not isinstance(e, PrefillEvent) for e in w.rounds_run.events)  # progress is not part of a trace

@@ -202,7 +202,7 @@ def test_stop_reaches_prefill_between_chunks(qwen3_pair, monkeypatch):
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.settings import GenerationSettings
 
-    monkeypatch.setattr(prefill, "PREFILL_STEP", 4)
+    monkeypatch.setattr(prefill, "chunk_size", lambda: 4)
     ids = list(range(100, 140))  # 10 chunks of 4
     cancel = _CancelAfterFirstChunk()
     events = list(decoder.generate(qwen3_pair, ids, GenerationSettings(max_tokens=8), cancel))

@@ -17,10 +17,11 @@ import numpy as np
 
 from engine.decode.acceptance import accept
 from engine.decode.cost_curve import cost_curve
-from engine.decode.events import Event, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.events import Event, PrefillEvent, RoundEvent, StartEvent, SummaryEvent, TextEvent
 from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
-from engine.decode.prefill import check_prompt, prefill
+from engine.decode.prefill import PromptPass, check_prompt
+from engine.decode.prefix_cache import PrefixCache
 from engine.decode.proposal import Proposal, propose, selector_fields, selector_table, selector_table_on_host
 from engine.decode.rollback import make_rollback
 from engine.decode.sampling import Sampler
@@ -47,16 +48,18 @@ class Decoder:
     mode = "ar"
 
     def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
-                 cancel: Optional[CancelToken] = None):
+                 cancel: Optional[CancelToken] = None, prefix: Optional[PrefixCache] = None):
         self.pair = pair
         self.prompt_ids = list(prompt_ids)
         self.settings = settings
         self.cancel = cancel or CancelToken()
+        self.prefix = prefix  # the previous run's caches to reuse, and where this run's are kept
         self.sampler = Sampler(settings.sampling)
         self.out = OutputTracker(pair.tokenizer, settings.max_tokens, settings.stop_strings)
         self.cache = make_target_cache(pair.target)
         self.stats = RoundStats()
         self.t_first = 0.0
+        self.reused = 0  # prompt tokens taken from the previous run's caches
 
     @property
     def block(self) -> int:
@@ -68,8 +71,7 @@ class Decoder:
         yield StartEvent(s.mode, s.to_dict(), self.pair.facts(), list(self.prompt_ids))
         mx.reset_peak_memory()
         t_start = time.perf_counter()
-        last_logits, context = prefill(self.pair, self.cache, self.prompt_ids, record_taps=self.block > 1,
-                                       cancel=self.cancel)
+        last_logits, context = yield from self.prefill()
         if last_logits is None:  # stopped during prefill: nothing was generated
             self.t_first = time.perf_counter()
             self.out.stop_reason = "cancelled"
@@ -90,6 +92,33 @@ class Decoder:
         if self.cancel.cancelled and self.out.stop_reason is None:
             self.out.stop_reason = "cancelled"
         yield self.summary(t_start, t_end)
+
+    def prefill(self):
+        """The prompt into the target's caches, from the previous run's where it shares a prefix with
+        it; yields a PrefillEvent per chunk, returns (last logits, the prompt's taps) or (None, None)
+        when stopped. The taps are recorded when the drafter needs them, or (with a prefix cache)
+        whenever the pair has a drafter, for a later DFlash run to reuse."""
+        record = self.block > 1 or (self.prefix is not None and self.pair.taps is not None)
+        reuse = self.prefix.take(self.pair, self.prompt_ids, record) if self.prefix is not None else None
+        if reuse is not None:
+            self.cache = reuse.cache
+        run = PromptPass(self.pair, self.cache, self.prompt_ids, record, start=reuse.start if reuse else 0,
+                         taps_before=reuse.taps if reuse else None, marks=dict(reuse.marks) if reuse else {})
+        self.reused = reuse.start if reuse else 0
+        total = len(self.prompt_ids)
+        if reuse is not None:
+            yield PrefillEvent(self.reused, total, self.reused)
+        if reuse is not None and reuse.logits is not None:  # the same prompt: nothing to compute
+            run.logits, run.context = reuse.logits, reuse.taps
+        else:
+            for done in run.chunks(self.cancel):
+                yield PrefillEvent(done, total, self.reused)
+        if self.prefix is not None:
+            self.prefix.keep(self.pair, self.prompt_ids, self.cache, run.marks,
+                             run.context if run.done else run.taps_so_far(), run.logits if run.done else None)
+        if not run.done:
+            return None, None
+        return run.logits, run.context if self.block > 1 else None
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         """Pipelined like mlx-lm's generate_step: step n+1 is queued before token n is read."""
@@ -133,6 +162,7 @@ class Decoder:
             mean_rollback_ms=stats.mean_rollback_ms,
             stop_reason=out.stop_reason or "max_tokens",
             peak_memory_mb=round(mx.get_peak_memory() / 1e6, 2),
+            reused_tokens=self.reused,
         )
 
 
@@ -142,8 +172,8 @@ class DFlashDecoder(Decoder):
     mode = "dflash"
 
     def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
-                 cancel: Optional[CancelToken] = None):
-        super().__init__(pair, prompt_ids, settings=settings, cancel=cancel)
+                 cancel: Optional[CancelToken] = None, prefix: Optional[PrefixCache] = None):
+        super().__init__(pair, prompt_ids, settings=settings, cancel=cancel, prefix=prefix)
         self.drafter, self.head, self.taps = pair.drafter, pair.head, pair.taps
         self.drafter_cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
@@ -303,13 +333,16 @@ def generate(
     prompt_ids: list[int],
     settings: GenerationSettings,
     cancel: Optional[CancelToken] = None,
+    prefix: Optional[PrefixCache] = None,
 ) -> Iterator[Event]:
-    """Yield a StartEvent, then RoundEvents (DFlash) and TextEvents, then a SummaryEvent."""
+    """Yield a StartEvent, PrefillEvents, then RoundEvents (DFlash) and TextEvents, then a SummaryEvent.
+    With `prefix`, the prompt starts from the previous run's caches where it shares a prefix with
+    it, and this run's are kept there for the next."""
     settings = settings.resolved(pair)
     check_prompt(pair, list(prompt_ids), settings.max_tokens)
     cls = DFlashDecoder if settings.mode == "dflash" else Decoder
     with mx.stream(STREAM):
-        decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel)
+        decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel, prefix=prefix)
         for event in decoder.events():
             heartbeat()  # a rank of a sharded run that stops here is noticed by the others
             yield event

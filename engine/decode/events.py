@@ -16,6 +16,15 @@ class StartEvent:
 
 
 @dataclass
+class PrefillEvent:
+    """Progress through the prompt: after each chunk (not written to traces)."""
+    done: int  # prompt tokens in the target's caches now, reused ones included
+    total: int  # prompt tokens
+    reused: int  # prompt tokens taken from the previous run's caches
+    type: str = "prefill"
+
+
+@dataclass
 class RoundEvent:
     index: int
     position: int  # absolute position of the anchor: the context depth the round ran at
@@ -79,11 +88,13 @@ class SummaryEvent:
     mean_rollback_ms: float | None
     stop_reason: str  # "eos", "max_tokens", "stop_string" or "cancelled"
     peak_memory_mb: float
+    reused_tokens: int = 0  # prompt tokens taken from the previous run's caches (engine/decode/prefix_cache.py)
     type: str = "summary"
 
 
-Event = Union[StartEvent, RoundEvent, TextEvent, SummaryEvent]
-EVENT_TYPES = {cls.__dataclass_fields__["type"].default: cls for cls in (StartEvent, RoundEvent, TextEvent, SummaryEvent)}
+Event = Union[StartEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent]
+EVENT_TYPES = {cls.__dataclass_fields__["type"].default: cls
+               for cls in (StartEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent)}
 
 
 def to_dict(event: Event) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence
 
 from engine.runtime import blas
 from engine.errors import DFlashError
-from engine.decode.events import RoundEvent, SummaryEvent
+from engine.decode.depth_stats import DepthStats, step_times
+from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 from engine.decode.stats import RoundStats
 from engine.decode.cancel import CancelToken
 from engine.decode.decoder import generate
@@ -28,15 +29,17 @@ def load_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
-def run_once(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent]]:
-    """One generation: its summary and its rounds."""
-    rounds, summary = [], None
+def run_once(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent], list[TextEvent]]:
+    """One generation: its summary, its rounds and its text events."""
+    rounds, texts, summary = [], [], None
     for event in generate(pair, ids, settings, cancel):
         if isinstance(event, RoundEvent):
             rounds.append(event)
+        elif isinstance(event, TextEvent):
+            texts.append(event)
         elif isinstance(event, SummaryEvent):
             summary = event
-    return summary, rounds
+    return summary, rounds, texts
 
 
 def warm_up(pair, prompt_ids: Sequence[list[int]], ar_settings, df_settings, cancel) -> None:
@@ -47,7 +50,7 @@ def warm_up(pair, prompt_ids: Sequence[list[int]], ar_settings, df_settings, can
     run_once(pair, prompt_ids[0], replace(ar_settings, max_tokens=min(16, ar_settings.max_tokens)), cancel)
     warm = replace(df_settings, max_tokens=min(32, df_settings.max_tokens))
     for ids in prompt_ids:
-        summary, _ = run_once(pair, ids, warm, cancel)
+        summary = run_once(pair, ids, warm, cancel)[0]
         if warm.max_tokens == 1 or summary is None or summary.num_generated > 1:
             return
 
@@ -132,18 +135,22 @@ def run_bench(
     if with_mlx_lm:
         mlx_lm_tok_s(pair, all_ids[0], min(16, settings.max_tokens))
     per_prompt, all_ar, all_df, all_rounds, ratios = [], [], [], [], []
+    depth = DepthStats()
     compared = [{"per_prompt": [], "df": [], "rounds": []} for _ in others]
     for n, (text, ids) in enumerate(prompts, 1):
         ar_runs, df_runs, rounds, reference = [], [], [], []
         other_runs = [([], []) for _ in others]
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            ar_runs.append(run_once(pair, ids, ar_settings, cancel)[0])
-            summary, rs = run_once(activate(pair), ids, df_settings, cancel)
+            summary, _, texts = run_once(pair, ids, ar_settings, cancel)
+            ar_runs.append(summary)
+            depth.add_steps(step_times(texts, len(ids)))
+            summary, rs, _ = run_once(activate(pair), ids, df_settings, cancel)
             df_runs.append(summary)
+            depth.add_rounds(rs)
             rounds += rs
             for other, (summaries, other_rounds) in zip(others, other_runs):
-                summary, rs = run_once(activate(other), ids, df_settings, cancel)
+                summary, rs, _ = run_once(activate(other), ids, df_settings, cancel)
                 summaries.append(summary)
                 other_rounds += rs
             if with_mlx_lm:
@@ -182,5 +189,6 @@ def run_bench(
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,
+        "by_depth": [b.to_dict() for b in depth.rows()],
         **({"distributed": pair.distributed_facts()} if pair.ranks.sharded else {}),
     }

@@ -31,11 +31,19 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
             f"{row[c]:>14.3f}" if row[c] is not None and row["rounds"] else "-".rjust(14) for c in cols[1:]))
     _say_no_rounds(result["per_prompt"])
+    drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
+    if drafted:
+        worst = min(drafted, key=lambda r: r["speedup"])
+        below = sum(r["speedup"] < 1.0 for r in drafted)
+        print(f"worst prompt: {worst['speedup']:.2f}x (tau {worst['mean_acceptance_length']:.2f}) "
+              f"{worst['prompt'][:40]!r}; {below} of {len(drafted)} prompts below AR")
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
         shares = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"])
         print(f"accepted by block position (1..): {shares}")
+    if len(result.get("by_depth", [])) > 1:
+        print_by_depth(result["by_depth"])
     if "distributed" in result:
         d = result["distributed"]
         comm = d["collectives_per_round"] * d["collective_ms"]
@@ -48,6 +56,21 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
         print_compared(result)
     if not all(r["identical"] for r in [result] + result.get("compared", [])) and greedy:
         print("note: some greedy outputs differ between AR and DFlash; run `parity` on them for the margin.")
+
+
+def print_by_depth(rows: list[dict]) -> None:
+    """Every prompt's rounds and AR steps pooled by the context depth they ran at."""
+    print("\nby context depth (every prompt pooled; a round by its anchor's position, an AR step by its token's):")
+    print("depth".rjust(12) + "".join(c.rjust(14) for c in ("rounds", "tau", "round ms", "AR tok/s", "DFlash tok/s",
+                                                          "speedup")))
+
+    def cell(v, fmt: str) -> str:
+        return (f"{v:{fmt}}" if v is not None else "-").rjust(14)
+
+    for r in rows:
+        print(r["depth"].rjust(12) + str(r["rounds"]).rjust(14) + cell(r["tau"], ".2f") + cell(r["round_ms"], ".2f")
+              + cell(r["ar_tok_s"], ".1f") + cell(r["dflash_tok_s"], ".1f")
+              + (cell(r["speedup"], ".2f") if r["speedup"] is None else f"{r['speedup']:.2f}x".rjust(14)))
 
 
 def print_compared(result: dict) -> None:

@@ -82,7 +82,7 @@ def run_block_sizes(
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
             ar_runs.append(run_once(pair, ids, ar_settings, cancel)[0])
             for size in sizes:
-                mine[size].append(run_once(pair, ids, _settings_for(settings, size), cancel))
+                mine[size].append(run_once(pair, ids, _settings_for(settings, size), cancel)[:2])
         ar_tok_s = tok_per_s(ar_runs)
         rounds = {s: sum(len(m[1]) for m in mine[s]) for s in sizes}
         per_prompt.append({

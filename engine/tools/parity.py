@@ -11,6 +11,7 @@ from engine.decode.events import Event, SummaryEvent
 from engine.decode.cancel import CancelToken
 from engine.decode.decoder import generate
 from engine.decode.prefill import prefill
+from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
@@ -77,11 +78,14 @@ def run_parity(
     settings: GenerationSettings,
     on_event: Callable[[Event], None] = lambda e: None,
     cancel: Optional[CancelToken] = None,
+    prefix: Optional[PrefixCache] = None,
 ) -> ParityResult:
-    """AR then DFlash with the same settings; every event also goes to `on_event`."""
+    """AR then DFlash with the same settings; every event also goes to `on_event`. The DFlash run
+    reuses the AR run's prefill (`prefix`, or one of its own): the same chunks a cold run computes."""
     summaries = {}
+    prefix = prefix if prefix is not None else PrefixCache()
     for mode in ("ar", "dflash"):
-        for event in generate(pair, prompt_ids, replace(settings, mode=mode), cancel):
+        for event in generate(pair, prompt_ids, replace(settings, mode=mode), cancel, prefix=prefix):
             on_event(event)
             if isinstance(event, SummaryEvent):
                 summaries[mode] = event

@@ -42,6 +42,7 @@ from engine.training.starting_point import (
 )
 from engine.models.taps import install_taps
 from engine.safe_write import replace_with, temporary_name, write_atomic
+from kernels.verify_attention import whole_sequences
 
 def _sync(folder: Path) -> None:
     """fsync every file in `folder`, then the folder itself."""
@@ -126,7 +127,8 @@ class DrafterTrainer:
     def _target_pass(self, seqs: mx.array) -> tuple[mx.array, mx.array]:
         """(taps (B, S, k*H), the target's greedy next token at every position (B, S))."""
         self.taps.recording = True
-        logits = self.pair.target(seqs)
+        with whole_sequences():  # on the CPU the target's attention over the window runs on the host
+            logits = self.pair.target(seqs)
         self.taps.recording = False
         taps = mx.stop_gradient(self.taps.concatenated())
         greedy = mx.argmax(logits, axis=-1)
