@@ -17,7 +17,7 @@ from typing import Any, Optional
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import PrefillEvent, StartEvent, to_dict
+from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, to_dict
 from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
     ParityDone, RunFailed, RunJob,
@@ -188,6 +188,10 @@ class RunController(QObject):
     def _engine_event(self, msg: EngineEvent) -> None:
         if isinstance(msg.event, PrefillEvent):  # progress only: not part of the run's record or trace
             self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
+            return
+        if isinstance(msg.event, CalibrationEvent):
+            self.w.statusBar().showMessage(f"auto verify length: measuring this machine's cost curve (once; "
+                                           f"cached after) {msg.event.done}/{msg.event.total}, Esc stops")
             return
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None

@@ -27,8 +27,8 @@ def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_p
     first, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert not cached
     calls = []
-    real = cc.measure
-    monkeypatch.setattr(cc, "measure", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = cc.measure_steps
+    monkeypatch.setattr(cc, "measure_steps", lambda *a, **k: calls.append(k) or real(*a, **k))
     again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert cached and again == first and calls == []
     _, cached = cc.cost_curve(qwen3_pair, block=2, repeats=1)  # another block: another entry
@@ -126,3 +126,38 @@ def test_auto_prices_a_round_at_the_runs_depth():
     for _ in range(40):
         c.record(7, 3)  # three of seven drafts accepted each round
     assert c.best(depth=32) > c.best(depth=4096) >= 1
+
+
+def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_notice(qwen3_pair, monkeypatch, tmp_path):
+    """The first auto run measures the curve as part of the run: progress events while it does, and a
+    Stop there ends the run as cancelled (no error); the next run measures it again and uses it."""
+    from engine.decode.decoder import generate
+    from engine.decode.events import CalibrationEvent, SummaryEvent
+    from engine.decode.settings import GenerationSettings
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+
+    class StopAfter:
+        def __init__(self, reads):
+            self.reads = reads
+
+        @property
+        def cancelled(self):
+            self.reads -= 1
+            return self.reads < 0
+
+        def cancel(self):
+            pass
+
+    settings = GenerationSettings(max_tokens=8, auto=True, block_size=4)
+    events = list(generate(qwen3_pair, [5, 6, 7], settings, StopAfter(5)))
+    assert isinstance(events[-1], SummaryEvent) and events[-1].stop_reason == "cancelled"
+    assert events[-1].num_generated == 0
+    assert not list(tmp_path.rglob("*.json"))  # nothing cached from a stopped measurement
+    events = list(generate(qwen3_pair, [5, 6, 7], settings))
+    progress = [e for e in events if isinstance(e, CalibrationEvent)]
+    assert [(e.done, e.total) for e in progress] == [(i, 6) for i in range(1, 7)]  # 2 depths x 3 repeats
+    assert events[-1].num_generated == 8
+    again = list(generate(qwen3_pair, [5, 6, 7], settings))
+    assert not any(isinstance(e, CalibrationEvent) for e in again)  # cached now

@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import mlx.core as mx
 
@@ -42,6 +42,10 @@ from engine.runtime import blas
 from engine.runtime.distributed import from_root
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
+
+class CalibrationCancelled(DFlashError):
+    """Stop was pressed while the cost curve was being measured."""
+
 
 CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
 DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
@@ -184,7 +188,8 @@ def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, w
 
 
 def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, window: int, sink: int,
-                   cancel: CancelToken) -> DepthPoint:
+                   cancel: CancelToken) -> Iterator[None]:
+    """Yields after each repeat; returns the depth's DepthPoint."""
     cache = make_target_cache(pair.target)
     ids = _ids(pair, depth + block)
     _, context = prefill(pair, cache, ids[:depth], record_taps=pair.taps is not None)
@@ -197,12 +202,13 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
     for _ in range(repeats):
         for length in range(1, block + 1):
             if cancel.cancelled:
-                raise DFlashError("calibration was cancelled.")
+                raise CalibrationCancelled("calibration was cancelled.")
             verify[length - 1].append(_timed_verify(pair, cache, verify_ids[:, :length], rollback, ar=False))
         ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, ar=True))
         if pair.drafter is not None:
             for length in range(2, block + 1):
                 draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink))
+        yield
     return DepthPoint(depth, _median_ms(ar), [_median_ms(v) for v in verify],
                       [0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None)
 
@@ -218,19 +224,19 @@ def _check(block: int, repeats: int) -> None:
         raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
 
 
-def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0, sink: int = 0,
-            progress: Callable[[str], None] = lambda msg: None,
-            cancel: Optional[CancelToken] = None) -> CostCurve:
-    """Time verifies of 1..block tokens, AR steps and drafts at each depth on this machine (seconds,
-    not minutes)."""
+def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0,
+                  sink: int = 0, cancel: Optional[CancelToken] = None) -> Iterator[tuple[int, int]]:
+    """measure() as a generator: yields (steps done, steps in all) after each repeat at each depth,
+    returns the curve. Raises CalibrationCancelled when `cancel` stops it."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)
     cancel = cancel or CancelToken()
+    depths = depths_for(pair, block)
     points = []
     with mx.stream(STREAM):
-        for depth in depths_for(pair, block):
-            points.append(_measure_depth(pair, depth, block, repeats, window, sink, cancel))
-            progress(f"depth {depth}: {len(points)}/{len(depths_for(pair, block))}")
+        for depth in depths:
+            steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel)
+            points.append((yield from _counted(steps, len(points) * repeats, len(depths) * repeats)))
         device = str(mx.default_device())
     base, *deeper = points
     return fitted(CostCurve(
@@ -240,6 +246,37 @@ def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, 
         draft_by_length_ms=base.draft_by_length_ms, context=base.depth, deeper=deeper,
         draft_window=window, draft_sink=sink,
     ))
+
+
+def _counted(steps: Iterator[None], before: int, total: int):
+    """Yield (done, total) for each step of `steps`, counting from `before`; return its result."""
+    done = before
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+        done += 1
+        yield done, total
+
+
+def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0, sink: int = 0,
+            progress: Callable[[str], None] = lambda msg: None,
+            cancel: Optional[CancelToken] = None) -> CostCurve:
+    """Time verifies of 1..block tokens, AR steps and drafts at each depth on this machine (seconds,
+    not minutes)."""
+    return _drain(measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel),
+                  progress)
+
+
+def _drain(steps, progress: Callable[[str], None]):
+    """Run a (done, total) generator to its end, saying each step; its result."""
+    while True:
+        try:
+            done, total = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        progress(f"measured {done}/{total}")
 
 
 def _sound(curve: CostCurve, block: int) -> bool:
@@ -289,19 +326,20 @@ def _from_json(data: dict) -> CostCurve:
     return CostCurve(**values)
 
 
-def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
-               window: int = 0, sink: int = 0,
-               progress: Callable[[str], None] = lambda msg: None,
-               cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
-    """(curve, from_cache): the cached curve for this target and machine, else a new measurement.
-    window, sink: the drafter's context as the runs that use the curve keep it (their settings)."""
+def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
+                     window: int = 0, sink: int = 0,
+                     cancel: Optional[CancelToken] = None) -> Iterator[tuple[int, int]]:
+    """cost_curve() as a generator: yields (done, total) while it measures (nothing when the curve is
+    cached), returns (curve, from_cache)."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
+    def measured():
+        return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel)
+
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
-        curve = measure(pair, block=block, repeats=repeats, window=window, sink=sink, progress=progress, cancel=cancel)
-        return _agreed(curve, pair), False
+        return _agreed((yield from measured()), pair), False
     path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink)}.json"
     if not fresh and path.is_file():
         try:
@@ -312,12 +350,22 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
                     return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
-    curve = measure(pair, block=block, repeats=repeats, window=window, sink=sink, progress=progress, cancel=cancel)
+    curve = yield from measured()
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError:
         pass  # an unwritable cache costs a re-measurement next time, nothing more
     return curve, False
+
+
+def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
+               window: int = 0, sink: int = 0,
+               progress: Callable[[str], None] = lambda msg: None,
+               cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
+    """(curve, from_cache): the cached curve for this target and machine, else a new measurement.
+    window, sink: the drafter's context as the runs that use the curve keep it (their settings)."""
+    return _drain(cost_curve_steps(pair, block=block, repeats=repeats, fresh=fresh, window=window, sink=sink,
+                                   cancel=cancel), progress)
 
 
 def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:

@@ -16,8 +16,8 @@ import mlx.core as mx
 import numpy as np
 
 from engine.decode.acceptance import accept
-from engine.decode.cost_curve import cost_curve
-from engine.decode.events import Event, PrefillEvent, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
+from engine.decode.events import CalibrationEvent, Event, PrefillEvent, RoundEvent, StartEvent, SummaryEvent, TextEvent
 from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
 from engine.decode.prefill import PromptPass, check_prompt
@@ -71,8 +71,9 @@ class Decoder:
         yield StartEvent(s.mode, s.to_dict(), self.pair.facts(), list(self.prompt_ids))
         mx.reset_peak_memory()
         t_start = time.perf_counter()
-        last_logits, context = yield from self.prefill()
-        if last_logits is None:  # stopped during prefill: nothing was generated
+        ready = yield from self.calibrate()
+        last_logits, context = (yield from self.prefill()) if ready else (None, None)
+        if last_logits is None:  # stopped during calibration or prefill: nothing was generated
             self.t_first = time.perf_counter()
             self.out.stop_reason = "cancelled"
             yield self.summary(t_start, self.t_first)
@@ -92,6 +93,11 @@ class Decoder:
         if self.cancel.cancelled and self.out.stop_reason is None:
             self.out.stop_reason = "cancelled"
         yield self.summary(t_start, t_end)
+
+    def calibrate(self):
+        """What the run needs measured before it starts (nothing for AR); False when stopped."""
+        return True
+        yield  # a generator, like the subclass's
 
     def prefill(self):
         """The prompt into the target's caches, from the previous run's where it shares a prefix with
@@ -181,14 +187,31 @@ class DFlashDecoder(Decoder):
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
         self.tables_on_host = STREAM.device == mx.cpu  # the why and selector tables: see engine/decode/why.py
-        if settings.auto:
-            curve, _ = cost_curve(pair, block=self.block, window=settings.draft_window, sink=settings.draft_sink,
-                                  cancel=self.cancel)  # cached after the first
-            self.verify_length = VerifyLengthController(curve, self.block)
 
     @property
     def block(self) -> int:
         return self.settings.block_size
+
+    def calibrate(self):
+        """--block-size auto: this machine's cost curve (measured once, then cached), with progress
+        events while it is measured; False when Stop ended it (a notice, not an error)."""
+        s = self.settings
+        if not s.auto:
+            return True
+        steps = cost_curve_steps(self.pair, block=self.block, window=s.draft_window, sink=s.draft_sink,
+                                 cancel=self.cancel)
+        try:
+            while True:
+                try:
+                    done, total = next(steps)
+                except StopIteration as stop:
+                    curve, _ = stop.value
+                    break
+                yield CalibrationEvent(done, total)
+        except CalibrationCancelled:
+            return False
+        self.verify_length = VerifyLengthController(curve, self.block)
+        return True
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)

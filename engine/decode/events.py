@@ -16,6 +16,15 @@ class StartEvent:
 
 
 @dataclass
+class CalibrationEvent:
+    """Progress of --block-size auto's first measurement of this machine's cost curve (not written
+    to traces; a cached curve sends none)."""
+    done: int
+    total: int
+    type: str = "calibration"
+
+
+@dataclass
 class PrefillEvent:
     """Progress through the prompt: after each chunk (not written to traces)."""
     done: int  # prompt tokens in the target's caches now, reused ones included
@@ -92,9 +101,9 @@ class SummaryEvent:
     type: str = "summary"
 
 
-Event = Union[StartEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent]
+Event = Union[StartEvent, CalibrationEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent]
 EVENT_TYPES = {cls.__dataclass_fields__["type"].default: cls
-               for cls in (StartEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent)}
+               for cls in (StartEvent, CalibrationEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent)}
 
 
 def to_dict(event: Event) -> dict[str, Any]:
