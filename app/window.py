@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, 
 
 from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
-from app import files
+from app import files, screen_fit
 from app.jobs import PairInfo, ParityDone
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
@@ -169,10 +169,7 @@ class MainWindow(QMainWindow):
         self.models.drafter.set_value(drafter)
         self.prompt.apply(s)
         self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt)
-        if s.window_geometry:
-            self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode()))
-        else:
-            self.resize(1600, 1000)
+        screen_fit.place(self, s.window_geometry)  # fits the screen on a first launch, clamped after
         for name, split in (("main", self.main_split), ("center", self.center_split)):
             state = s.splitters.get(name)
             if isinstance(state, str) and state:
