@@ -85,6 +85,7 @@ class Loaded:
 class LoadFailed:
     message: str
     cancelled: bool
+    kept: Optional["PairInfo"] = None  # the pair still loaded (the one before the failed load), if any
 
 
 @dataclass

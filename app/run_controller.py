@@ -169,8 +169,11 @@ class RunController(QObject):
             self.loaded = msg.info
             w.pair_loaded(msg.info)
         elif isinstance(msg, LoadFailed):
-            self.loaded = None  # the worker let go of the old pair before trying the new one
+            self.loaded = msg.kept  # the pair loaded before, when the worker kept it (or read it back)
             w.pair_failed(msg.message, msg.cancelled)
+            if msg.kept is not None:
+                w.models.status.setText(f"still loaded: {Path(msg.kept.target).name}"
+                                        + (f" + {Path(msg.kept.drafter).name}" if msg.kept.drafter else ""))
         elif isinstance(msg, AdviceReady):
             run = self.rounds_run
             block = run.start.settings.get("block_size") if run is not None else None
@@ -252,10 +255,12 @@ class RunController(QObject):
         else:  # advise
             self.job_finished.emit(msg.kind)
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
+        """Stop the worker (bounded); False when it did not stop in time."""
         self.timer.stop()
-        self.host.shutdown()
+        stopped = self.host.shutdown()
         self.host.take()
+        return stopped
 
 
 def _count(value) -> int:

@@ -21,7 +21,8 @@ from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 import engine.decode.decoder as engine_generate
 import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
-from engine.errors import DFlashError
+from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled
+from engine.models.doctor import check_pair
 from engine.decode.events import StartEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
@@ -68,6 +69,9 @@ def _clear_mlx_cache() -> None:
         mx.clear_cache()
 
 
+SHUTDOWN_WAIT_S = 15.0  # how long closing the window waits for the worker thread
+
+
 class Worker(QObject):
     """Lives on the worker QThread; `handle` runs each job to the end, in submission order."""
 
@@ -78,6 +82,7 @@ class Worker(QObject):
         self.outbox = outbox
         self.pair = None
         self.pair_key: Optional[tuple[str, Optional[str]]] = None
+        self.info: Optional[PairInfo] = None  # what the window was told of the loaded pair
         self.prefix = PrefixCache()  # the last run's caches, for the next run of the same pair
 
     @Slot(object)
@@ -109,7 +114,7 @@ class Worker(QObject):
             self.prefix.clear()  # a run that failed part-way leaves nothing to build on
             if is_out_of_memory(exc):
                 _clear_mlx_cache()
-            put(LoadFailed(user_message(exc), False) if stage == "load" else RunFailed(user_message(exc)))
+            put(LoadFailed(user_message(exc), False, self.info) if stage == "load" else RunFailed(user_message(exc)))
         finally:
             put(JobDone(job_id, job.kind, ok, job.cancel.cancelled))
             if isinstance(job, ShutdownJob):
@@ -122,35 +127,65 @@ class Worker(QObject):
     def _release(self) -> None:
         self.pair = None
         self.pair_key = None
+        self.info = None
         self.prefix.clear()
         gc.collect()
         _clear_mlx_cache()
 
     def _load(self, job: LoadJob) -> bool:
+        """Check (and download) the new pair while the loaded one stays: a typo, an incompatible
+        drafter or a cancelled download costs nothing. Then free the loaded pair and read the new
+        one; if that fails, the previous pair is read back, so the user keeps a working pair."""
         put = self.outbox.put
+
+        def progress(stage: str, frac: float) -> None:
+            put(LoadProgress(stage, frac))
+
+        def cancelled() -> bool:
+            return job.cancel.cancelled
+
+        try:
+            report = check_pair(job.target, job.drafter, progress=progress, should_cancel=cancelled)
+        except LoadCancelled as exc:
+            put(LoadFailed(str(exc), True, self.info))
+            return False
+        if not report.ok:
+            raise IncompatiblePairError(report.problems[0])
+        previous = self.pair_key
         self._release()  # free the old pair before reading the new one
         try:
-            pair = engine_session.load_pair(
-                job.target, job.drafter,
-                progress=lambda stage, frac: put(LoadProgress(stage, frac)),
-                should_cancel=lambda: job.cancel.cancelled,
-            )
-            table = build_token_table(pair.tokenizer, len(pair.tokenizer))
-            info = PairInfo(
-                target=job.target,
-                drafter=job.drafter,
-                facts=_facts(pair),
-                device=_device_name(),
-                has_chat_template=bool(pair.tokenizer.has_chat_template),
-                has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
-                token_table=table,
-            )
-        except engine_session.LoadCancelled as exc:
-            put(LoadFailed(str(exc), True))
-            return False
-        self.pair, self.pair_key = pair, (job.target, job.drafter)
-        put(Loaded(info))
+            self._open(job.target, job.drafter, progress, cancelled)
+        except BaseException as exc:
+            if previous is not None:
+                self._reopen(previous)
+            if isinstance(exc, LoadCancelled):
+                put(LoadFailed(str(exc), True, self.info))
+                return False
+            raise
+        put(Loaded(self.info))
         return True
+
+    def _open(self, target: str, drafter: Optional[str], progress, cancelled) -> None:
+        pair = engine_session.load_pair(target, drafter, progress=progress, should_cancel=cancelled)
+        info = PairInfo(
+            target=target,
+            drafter=drafter,
+            facts=_facts(pair),
+            device=_device_name(),
+            has_chat_template=bool(pair.tokenizer.has_chat_template),
+            has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
+            token_table=build_token_table(pair.tokenizer, len(pair.tokenizer)),
+        )
+        self.pair, self.pair_key, self.info = pair, (target, drafter), info
+
+    def _reopen(self, key: tuple[str, Optional[str]]) -> None:
+        """Read back the pair that was loaded before a failed load (it loaded once: it should again)."""
+        self._release()
+        try:
+            self._open(*key, lambda stage, frac: None, lambda: False)
+        except BaseException:  # noqa: BLE001 - the failed load's own error is the one reported
+            log.exception("could not load the previous pair %s again", key)
+            self._release()
 
     def _advise(self, job: AdviseJob) -> bool:
         from dataclasses import asdict
@@ -249,10 +284,16 @@ class WorkerHost(QObject):
             if isinstance(job, RunJob) and job.load is not None:
                 job.load.cancel.cancel()
 
-    def shutdown(self) -> None:
-        """Cancel what is running or queued, free the pair on its thread, and wait for the thread."""
+    def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> bool:
+        """Cancel what is running or queued, free the pair on its thread, and wait for the thread, at
+        most `timeout_s` (a run stops within a round, a prefill within a chunk, a download at its next
+        chunk; a read of weights cannot be interrupted). False when it is still running then: the
+        caller exits without waiting longer (app/main.py)."""
         if not self.thread.isRunning():
-            return
+            return True
         self.cancel_all()
         self.submit(ShutdownJob())
-        self.thread.wait()
+        stopped = self.thread.wait(int(timeout_s * 1000))
+        if not stopped:
+            log.warning("the worker did not stop within %.0f s; leaving without it", timeout_s)
+        return stopped

@@ -15,3 +15,7 @@ class IncompatiblePairError(DFlashError):
 
 class SettingsError(DFlashError):
     """Generation settings outside what makes sense."""
+
+
+class LoadCancelled(DFlashError):
+    """The user cancelled a load (between stages, or during a download)."""

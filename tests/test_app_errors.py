@@ -59,7 +59,9 @@ def test_load_errors_show_the_engine_sentence(qtbot, make_window, qwen3_tied_dir
         run_and_wait(qtbot, w)
     assert shown.args == [expected]
     assert w.error_box.isVisible() and w.error_box.text() == expected
-    assert w.loaded is None
+    # checked before the loaded pair was let go: it is still there, and the panel says so
+    assert w.loaded is not None and w.loaded.target == str(qwen3_tied_dirs[0])
+    assert w.models.status.text().startswith("still loaded:") and w.host.worker.pair is not None
     # The doctor's inline verdict already said the same before Run.
     w.models.check_now()
     assert w.models.verdict_ok is False and expected in w.models.verdict.text()
@@ -162,3 +164,29 @@ def test_bad_settings_are_refused_by_the_engine(qtbot, make_window, qwen3_tied_d
     w.prompt.set_mode("ar")
     run_and_wait(qtbot, w)
     assert w.current_run.summary.num_generated == 12
+
+
+def test_a_load_that_fails_after_the_check_reads_the_previous_pair_back(qtbot, make_window, qwen3_tied_dirs,
+                                                                      qwen3_untied_dirs, monkeypatch):
+    """Weights that pass the doctor but fail to load: the pair loaded before is read back, so the
+    user keeps a working pair and the run that follows uses it."""
+    real = engine.models.pair.load_target
+
+    def failing(path):
+        if path.resolve() == qwen3_untied_dirs[0].resolve():
+            raise SettingsError("simulated: these weights could not be read.")
+        return real(path)
+
+    monkeypatch.setattr(engine.models.pair, "load_target", failing)
+    w = make_window()
+    choose(w, qwen3_tied_dirs)
+    with qtbot.waitSignal(w.load_finished, timeout=30_000):
+        w.start_load()
+    choose(w, qwen3_untied_dirs, PROMPTS[0], max_tokens=12)
+    with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
+        with qtbot.waitSignal(w.load_finished, timeout=30_000):
+            w.start_load()
+    assert shown.args == ["simulated: these weights could not be read."]
+    assert w.loaded is not None and w.loaded.target == str(qwen3_tied_dirs[0])
+    assert w.host.worker.pair is not None and w.host.worker.pair_key == (str(qwen3_tied_dirs[0]),
+                                                                         str(qwen3_tied_dirs[1]))

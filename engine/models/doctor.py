@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from engine.models.checkpoint import check_drafter_weights, read_tensor_shapes
 from engine.decode.settings import DEFAULTS, draft_context_text
 from engine.models.drafter_config import SLIDING, DrafterConfig, flat_config, load_drafter_config, read_config_json
-from engine.errors import DFlashError
-from engine.models.paths import resolve_model_path
+from engine.errors import DFlashError, LoadCancelled
+from engine.models.paths import Progress, resolve_model_path
 
 
 @dataclass
@@ -117,21 +117,27 @@ def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: P
 
 
 def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,
-               kernels: bool = True) -> DoctorReport:
+               kernels: bool = True, progress: Optional[Progress] = None,
+               should_cancel: Callable[[], bool] = lambda: False) -> DoctorReport:
     """The doctor's report, from files. kernels=False skips the GatedDeltaNet kernel check, which
-    may compile and self-check a GPU kernel: the window's GUI thread passes False."""
+    may compile and self-check a GPU kernel: the window's GUI thread passes False. A Hugging Face id
+    not in the cache is downloaded (with `download`), reported to `progress`; LoadCancelled when
+    `should_cancel` stops it."""
     report = DoctorReport(ok=False)
     dims = cfg = None
     try:
-        target_path = resolve_model_path(target, download=download)
+        target_path = resolve_model_path(target, download=download, progress=progress, should_cancel=should_cancel)
         report.facts["target"] = str(target_path)
         dims = check_target_files(target_path)
         report.facts.update({f"target_{k}": v for k, v in dims.items()})
+    except LoadCancelled:
+        raise
     except DFlashError as exc:
         report.problems.append(str(exc))
     if drafter is not None:
         try:
-            drafter_path = resolve_model_path(drafter, download=download)
+            drafter_path = resolve_model_path(drafter, download=download, progress=progress,
+                                              should_cancel=should_cancel)
             report.facts["drafter"] = str(drafter_path)
             cfg = load_drafter_config(drafter_path)
             report.facts.update(cfg.generation_facts())
@@ -146,6 +152,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             )
             if any(t != SLIDING for t in cfg.layer_types):
                 report.facts["draft_context_default"] = draft_context_text(DEFAULTS.draft_window, DEFAULTS.draft_sink)
+        except LoadCancelled:
+            raise
         except DFlashError as exc:
             report.problems.append(str(exc))
         if dims is not None and cfg is not None:

@@ -13,7 +13,7 @@ from engine.models.cpu_kernels import install_cpu_kernels
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter
 from engine.models.drafter_load import load_drafter
-from engine.errors import DFlashError, IncompatiblePairError
+from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled
 from engine.runtime.distributed import SINGLE, Ranks, collective_ms
 from engine.runtime.streams import STREAM
 from engine.models.taps import TapRecorder, install_taps, remove_taps
@@ -21,10 +21,6 @@ from engine.models.sharding import PIPELINE, load_sharded
 from engine.models.target import TargetHead, load_target, rollback_kind
 
 ProgressFn = Callable[[str, float], None]
-
-
-class LoadCancelled(DFlashError):
-    """The user cancelled a load between stages."""
 
 
 @dataclass
@@ -105,7 +101,8 @@ def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> Loaded
         say(name, frac)
 
     stage("checking the pair", 0.0)
-    report = check_pair(target, drafter)
+    report = check_pair(target, drafter, progress=lambda what, frac: say(what, 0.1 * frac),
+                        should_cancel=should_cancel)
     if not report.ok:
         raise IncompatiblePairError(report.problems[0])
     target_path = Path(report.facts["target"])

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Optional
 
-from engine.errors import CheckpointError
+from engine.errors import CheckpointError, LoadCancelled
+
+# (what is being done, fraction done): a download's bytes as they arrive
+Progress = Callable[[str, float], None]
 
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
 
@@ -14,9 +18,11 @@ def looks_like_hf_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
 
 
-def resolve_model_path(name: str | Path, download: bool = True) -> Path:
+def resolve_model_path(name: str | Path, download: bool = True, progress: Optional[Progress] = None,
+                       should_cancel: Callable[[], bool] = lambda: False) -> Path:
     """A local folder as is; a bundled demo model by name; otherwise the Hugging Face cache,
-    then (if allowed) a download."""
+    then (if allowed) a download, reported to `progress` as its bytes arrive and stopped (LoadCancelled)
+    at the next chunk once `should_cancel` says so."""
     from engine.models.demo import bundled_model
 
     path = Path(name).expanduser()
@@ -40,9 +46,37 @@ def resolve_model_path(name: str | Path, download: bool = True) -> Path:
                 f"{text}: not found in the Hugging Face cache; download it first or give a local folder."
             ) from None
     try:
-        return Path(snapshot_download(text, allow_patterns=ALLOW_PATTERNS))
+        return Path(snapshot_download(text, allow_patterns=ALLOW_PATTERNS,
+                                      tqdm_class=reporting_tqdm(text, progress, should_cancel)))
+    except LoadCancelled:
+        raise
     except Exception as exc:  # network, auth, missing repo: all reported the same way
         raise CheckpointError(
             f"{text}: could not download from Hugging Face ({type(exc).__name__}: {exc}); "
             "check the id and your network, or give a local folder."
         ) from None
+
+
+def reporting_tqdm(name: str, progress: Optional[Progress], should_cancel: Callable[[], bool]) -> type:
+    """A tqdm class for huggingface_hub's progress hooks: it prints nothing, reports the bytes of
+    the download to `progress` and raises LoadCancelled from the download's threads once
+    `should_cancel` says so (each file stops at its next chunk)."""
+    from tqdm.auto import tqdm
+
+    class ReportingTqdm(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True  # no terminal bar: the numbers go to `progress`
+            super().__init__(*args, **kwargs)
+            self.in_bytes = kwargs.get("unit") == "B"
+            self.done = float(kwargs.get("initial") or 0)
+
+        def update(self, n=1):
+            if should_cancel():
+                raise LoadCancelled(f"the download of {name} was cancelled; what was fetched stays in the "
+                                    "Hugging Face cache for next time.")
+            self.done += n or 0
+            if self.in_bytes and progress is not None and self.total:
+                progress(f"downloading {name}: {self.done / 1e6:,.0f} of {self.total / 1e6:,.0f} MB",
+                         min(self.done / self.total, 1.0))
+
+    return ReportingTqdm

@@ -1,0 +1,45 @@
+"""Hugging Face downloads report their bytes and stop on Cancel (huggingface_hub's progress hooks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import LoadCancelled
+from engine.models import paths
+
+
+def test_the_progress_class_reports_bytes_and_raises_on_cancel():
+    said, stop = [], []
+    bar_class = paths.reporting_tqdm("org/model", lambda what, frac: said.append((what, frac)), lambda: bool(stop))
+    files = bar_class(total=3, unit="it")  # the files bar: not bytes, nothing said
+    files.update(1)
+    bar = bar_class(total=4_000_000, unit="B", initial=0)
+    bar.update(1_000_000)
+    bar.update(2_000_000)
+    assert [round(f, 2) for _, f in said] == [0.25, 0.75] and "1 of 4 MB" in said[0][0]
+    stop.append(True)
+    with pytest.raises(LoadCancelled, match="cancelled"):
+        bar.update(1)
+
+
+def test_a_download_goes_through_the_hooks_and_a_cancel_is_not_a_download_error(monkeypatch, tmp_path):
+    """A fake snapshot_download that drives the given tqdm class as the real one does."""
+    import huggingface_hub
+
+    calls = []
+
+    def fake_snapshot_download(repo_id, allow_patterns=None, local_files_only=False, tqdm_class=None):
+        if local_files_only:
+            raise FileNotFoundError("not cached")
+        calls.append(repo_id)
+        bar = tqdm_class(total=10, unit="B")
+        for _ in range(10):
+            bar.update(1)
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    said = []
+    assert paths.resolve_model_path("org/model", progress=lambda w, f: said.append(f)) == tmp_path
+    assert said[-1] == 1.0 and len(said) == 10
+    with pytest.raises(LoadCancelled):  # not "could not download from Hugging Face"
+        paths.resolve_model_path("org/model", progress=lambda w, f: None, should_cancel=lambda: True)
