@@ -10,8 +10,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 from app.jobs import ParityDone
 from app.output_view import OutputView
 from app.run_record import RunRecord
-
-NEAR_TIE = 1e-3  # as the CLI: a flip below this AR logit margin is floating point
+from engine.tools.parity import parity_verdict
 
 
 def differing_tokens(a: list[int], b: list[int]) -> list[int]:
@@ -23,7 +22,8 @@ def differing_tokens(a: list[int], b: list[int]) -> list[int]:
 TOK_S = "tok/\u2060s"  # a word joiner: Qt may otherwise wrap the line after the slash
 
 
-def headline(result: ParityDone) -> str:
+def headline(result: ParityDone, temperature: float, dtype: str) -> str:
+    """The engine's verdict (as `parity` prints it) at the runs' temperature and logits dtype, then speed."""
     speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
              f"DFlash {result.dflash_tok_s:.1f} {TOK_S})")
     if result.round_in_ar_steps and result.mean_acceptance_length:
@@ -31,13 +31,15 @@ def headline(result: ParityDone) -> str:
                   f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")
     if result.cancelled:
         return f"Stopped before the end; outputs compared so far. {speed}"
-    if result.identical:
-        return f"Identical: DFlash reproduced AR token for token. {speed}"
-    where = f"Outputs differ from token {result.first_divergence}"
-    if result.margin_at_divergence is None:
-        return f"{where} (one output is longer). {speed}"
-    kind = "a near-tie flip (floating point)" if result.margin_at_divergence < NEAR_TIE else "a real divergence"
-    return f"{where}; AR logit margin there {result.margin_at_divergence:.3g}: {kind}. {speed}"
+    verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
+                             temperature, dtype).text
+    return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
+
+
+def run_conditions(run: RunRecord) -> tuple[float, str]:
+    """(temperature, logits dtype) of a run, from its start event (live or from a trace)."""
+    sampling = run.start.settings.get("sampling") or {}
+    return float(sampling.get("temperature", 0.0)), str(run.start.model.get("dtype", "float32"))
 
 
 class ParityView(QWidget):
@@ -80,4 +82,4 @@ class ParityView(QWidget):
         first = result.first_divergence
         self.ar.mark_tokens(self.differences, first)
         self.dflash.mark_tokens(self.differences, first)
-        self.headline.setText(headline(result))
+        self.headline.setText(headline(result, *run_conditions(ar)))

@@ -55,7 +55,7 @@ def test_greedy_parity(family_pair):
     for prompt in (LONG, PROMPTS[2]):
         ids = encode_prompt(family_pair.tokenizer, prompt, chat=False)
         result = run_parity(family_pair, ids, GenerationSettings(max_tokens=40))
-        assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
+        assert result.identical or result.margin_at_divergence < result.near_tie, result.to_dict()
 
 
 def test_ar_matches_mlx_lm_generate_past_the_window(family_pair):
@@ -99,5 +99,5 @@ def test_quantized_target_runs_losslessly(quantized_dirs):
     for prompt in (LONG, PROMPTS[3]):
         ids = encode_prompt(pair.tokenizer, prompt, chat=False)
         result = run_parity(pair, ids, GenerationSettings(max_tokens=32))
-        assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
+        assert result.identical or result.margin_at_divergence < result.near_tie, result.to_dict()
         assert result.dflash.num_rounds > 0

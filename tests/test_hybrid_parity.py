@@ -16,7 +16,7 @@ from engine.models.doctor import check_pair
 from engine.errors import SettingsError
 from engine.decode.prefill import prefill
 from engine.decode.settings import GenerationSettings
-from engine.tools.parity import first_divergence, logit_margin, run_parity
+from engine.tools.parity import dtype_name, first_divergence, logit_margin, near_tie_threshold, run_parity
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from engine.runtime.streams import STREAM
@@ -27,7 +27,6 @@ from kernels.gated_delta import kernel_status
 from conftest import PROMPTS
 from helpers import run
 
-NEAR_TIE = 1e-3
 WINDOW = 8
 LONG_PROMPT = " ".join(reversed(PROMPTS)) * 2  # > 4 sliding windows of the drafter
 
@@ -63,7 +62,7 @@ def parity_with_partial_accepts(pair, prompt, max_tokens=48, **settings):
     if where is not None:
         assert where < min(len(ar.token_ids), len(df.token_ids)), (prompt, "lengths differ", where)
         margin = logit_margin(pair, ids, ar.token_ids[:where])
-        assert margin < NEAR_TIE, (prompt, where, margin)
+        assert margin < near_tie_threshold(dtype_name(pair.head.dtype)), (prompt, where, margin)
     return ar, df, rounds
 
 
@@ -107,7 +106,7 @@ def test_unscripted_drafter_stays_lossless(hybrid_pairs):
     for kind, pair in hybrid_pairs.items():
         ids = encode_prompt(pair.tokenizer, PROMPTS[0], chat=False)
         result = run_parity(pair, ids, GenerationSettings(max_tokens=24))
-        assert result.identical or result.margin_at_divergence < NEAR_TIE, (kind, result.to_dict())
+        assert result.identical or result.margin_at_divergence < result.near_tie, (kind, result.to_dict())
 
 
 def test_ar_equals_mlx_lm_generate(hybrid_dirs):
@@ -182,7 +181,7 @@ def test_cli_rollback_option(hybrid_dirs, capsys):
     assert cli(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[2],
                 "--raw", "--max-tokens", "8", "--rollback", "rerun", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["identical"] or report["margin_at_divergence"] < NEAR_TIE, report
+    assert report["identical"] or report["margin_at_divergence"] < report["near_tie"], report
     with pytest.raises(SystemExit):  # argparse refuses a choice it does not know
         cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x", "--rollback", "undo"])
 

@@ -9,8 +9,6 @@ from engine.models.pair import load_pair
 
 from conftest import PROMPTS
 
-NEAR_TIE = 1e-3
-
 
 def assert_lossless(pair, prompts, **settings):
     for prompt in prompts:
@@ -19,7 +17,7 @@ def assert_lossless(pair, prompts, **settings):
         if not result.identical:
             # Only a floating-point near-tie may flip, and the tools must say where and by how much.
             assert result.margin_at_divergence is not None, (prompt, result.to_dict())
-            assert result.margin_at_divergence < NEAR_TIE, (prompt, result.to_dict())
+            assert result.margin_at_divergence < result.near_tie, (prompt, result.to_dict())
         assert result.dflash.num_rounds > 0
 
 

@@ -149,11 +149,9 @@ def _print_parity(result, as_json: bool) -> None:
         print(json.dumps(d))
         return
     for key, value in d.items():
-        print(f"{key}: {value}")
-    if not result.identical and result.margin_at_divergence is not None:
-        kind = "a near-tie flip (floating point)" if result.margin_at_divergence < 1e-3 else "a real divergence"
-        print(f"verdict: outputs differ at token {result.first_divergence}, AR margin "
-              f"{result.margin_at_divergence:.3g}: {kind}")
+        if key != "verdict":
+            print(f"{key}: {value}")
+    print(f"verdict ({result.verdict.kind}): {result.verdict.text}")
 
 
 def cmd_parity(args) -> int:
