@@ -25,7 +25,7 @@ def token_legend() -> QLabel:
         "<span style='background:#245c3b'>&nbsp;accepted draft&nbsp;</span>&nbsp; "
         "<span style='background:#23508a'>&nbsp;bonus&nbsp;</span>&nbsp; "
         "<span style='background:#8a4f1c'>&nbsp;correction&nbsp;</span>&nbsp; "
-        "plain: AR / prefill &nbsp;·&nbsp; hover a token for its round, block position and id; "
+        "plain: AR, auto's plain steps, prefill &nbsp;·&nbsp; hover a token for its round, block position and id; "
         "click it to find its round &nbsp;·&nbsp; round times below in ms")
     legend.setObjectName("hint")
     legend.setWordWrap(True)

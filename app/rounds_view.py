@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.decode.calibration import broke_at
-from engine.decode.events import RoundEvent
+from engine.decode.events import PLAIN, RoundEvent
 from engine.decode.selector_stats import has_selector, miss, positions
 from app import theme
 from app.run_record import RunRecord
@@ -111,6 +111,10 @@ class RoundsModel(QAbstractTableModel):
 
 
 def round_tooltip(r: RoundEvent, table) -> str:
+    if r.bonus_kind == PLAIN:
+        return (f"round {r.index} at position {r.position}: a plain step (auto skipped the drafter: drafting did "
+                f"not pay here)\n{chip_text(table, r.bonus)} (id {r.bonus}) from the target alone, "
+                f"{r.verify_ms:.2f} ms")
     drafts = " ".join(chip_text(table, t) for t in r.drafted) or "(none)"
     return (f"round {r.index} at position {r.position}\n"
             f"anchor {chip_text(table, r.anchor)} (id {r.anchor})\n"
@@ -223,6 +227,7 @@ class ChipDelegate(QStyledItemDelegate):
             "bonus": (pens["bonus"], QColor(theme.CHIP_BONUS), QPen(QColor("#ffffff")), self.font),
             "correction": (pens["correction"], QColor(theme.CHIP_CORRECTION), QPen(QColor("#ffffff")), self.font),
             "elided": (pens["anchor"], None, QPen(QColor("#8b93a1")), self.font),  # drafts hidden for width
+            "plain": (pens["anchor"], None, QPen(QColor(theme.FOREGROUND)), self.font),  # auto's plain step
         }
         self.text_pen = QPen(QColor(theme.FOREGROUND))
         self.selected = QColor("#3d5a80")

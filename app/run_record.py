@@ -19,6 +19,7 @@ ACCEPTED = "accepted"  # a draft the target accepted
 BONUS = "bonus"  # the target's token after a fully accepted block
 CORRECTION = "correction"  # the target's token replacing the first rejected draft
 AR = "ar"  # plain autoregressive step
+PLAIN = "plain"  # a DFlash run's plain step: auto skipped the drafter (engine.decode.events.PLAIN)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 from app.paths import resources_dir
-from app.run_record import ACCEPTED, AR, BONUS, CORRECTION, PREFILL
+from app.run_record import ACCEPTED, AR, BONUS, CORRECTION, PLAIN, PREFILL
 
 BACKGROUND = "#1b1d23"
 PANEL = "#22252c"
@@ -19,6 +19,7 @@ KIND_BACKGROUND = {
     BONUS: "#23508a",
     CORRECTION: "#8a4f1c",
     AR: None,
+    PLAIN: None,
     PREFILL: None,
 }
 KIND_LABEL = {
@@ -26,6 +27,7 @@ KIND_LABEL = {
     BONUS: "bonus (all drafts accepted)",
     CORRECTION: "correction (first rejected draft replaced)",
     AR: "plain AR",
+    PLAIN: "plain step (auto skipped the drafter)",
     PREFILL: "from prefill",
 }
 

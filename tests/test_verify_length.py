@@ -11,6 +11,7 @@ from scipy.stats import chi2_contingency
 from engine.decode.cost_curve import CostCurve, fitted
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import SamplingSettings
+from engine.decode.events import PLAIN
 from engine.decode.verify_length import PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
 from conftest import PROMPTS
@@ -205,6 +206,11 @@ def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_of
     stretch = [r for r in rounds if r.verified == 1 and r.draft_ms == 0.0]
     probes = [r for r in rounds if r.drafted]
     assert len(stretch) > 20 and probes  # mostly plain, probing now and then
+    # Plain steps are their own kind: not rounds in the summary, not in its round times
+    plain = [r for r in rounds if r.bonus_kind == PLAIN]
+    assert plain == [r for r in rounds if r.verified == 1] and set(map(id, stretch)) <= set(map(id, plain))
+    assert df.num_plain_steps == len(plain) and df.num_rounds == len(rounds) - len(plain) == len(probes)
+    assert df.mean_verify_ms == pytest.approx(sum(r.verify_ms for r in probes) / len(probes), abs=1e-3)
     assert [r.index for r in rounds] == list(range(len(rounds)))
     # The same decisions one round at a time: the probes draft the same tokens, so the drafter
     # saw the same target taps for every plain token of a stretch.

@@ -17,7 +17,9 @@ import numpy as np
 
 from engine.decode.acceptance import accept
 from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
-from engine.decode.events import CalibrationEvent, Event, PrefillEvent, RoundEvent, StartEvent, SummaryEvent, TextEvent
+from engine.decode.events import (
+    PLAIN, CalibrationEvent, Event, PrefillEvent, RoundEvent, StartEvent, SummaryEvent, TextEvent,
+)
 from engine.decode.cancel import CancelToken
 from engine.decode.output import OutputTracker
 from engine.decode.prefill import PromptPass, check_prompt
@@ -169,6 +171,8 @@ class Decoder:
             stop_reason=out.stop_reason or "max_tokens",
             peak_memory_mb=round(mx.get_peak_memory() / 1e6, 2),
             reused_tokens=self.reused,
+            num_plain_steps=stats.plain_steps,
+            mean_round_ms=stats.mean_round_ms,
         )
 
 
@@ -279,7 +283,8 @@ class DFlashDecoder(Decoder):
             drafted=drafted,
             accepted=accepted,
             bonus=bonus,
-            bonus_kind="bonus" if accepted == len(drafted) else "correction",
+            bonus_kind=PLAIN if self.verify_length is not None and verify == 1 else (
+                "bonus" if accepted == len(drafted) else "correction"),
             committed=committed,
             draft_ms=_ms(t0, t_queued) + _ms(t_built, t1),
             verify_ms=_ms(t_queued, t_built) + _ms(t1, t2),
@@ -325,7 +330,7 @@ class DFlashDecoder(Decoder):
             self.verify_length.skipped()
             t1 = time.perf_counter()
             yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,
-                             bonus=token, bonus_kind="bonus", committed=committed, draft_ms=0.0,
+                             bonus=token, bonus_kind=PLAIN, committed=committed, draft_ms=0.0,
                              verify_ms=_ms(t0, t1), rollback_ms=0.0, t=t1 - self.t_first,
                              generated=len(self.out.tokens), verified=1)
             anchor, t0 = token, t1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from engine.decode.events import field_of
+from engine.decode.events import PLAIN, field_of
 
 DEPTH_EDGES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -42,7 +42,9 @@ def bin_label(index: int) -> str:
 @dataclass
 class DepthBin:
     index: int
-    rounds: int = 0
+    rounds: int = 0  # real rounds (auto's plain steps are counted apart)
+    plain_steps: int = 0
+    round_s: float = 0.0  # the real rounds' wall time
     drafting_rounds: int = 0  # rounds that drafted (tau counts these)
     acceptance_sum: int = 0  # accepted + 1 over the drafting rounds
     committed: int = 0
@@ -60,7 +62,7 @@ class DepthBin:
 
     @property
     def round_ms(self) -> Optional[float]:
-        return round(1000.0 * self.dflash_s / self.rounds, 4) if self.rounds else None
+        return round(1000.0 * self.round_s / self.rounds, 4) if self.rounds else None
 
     @property
     def dflash_tok_s(self) -> Optional[float]:
@@ -76,7 +78,8 @@ class DepthBin:
         return round(df / ar, 4) if df and ar else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"depth": self.label, "rounds": self.rounds, "tau": self.tau, "round_ms": self.round_ms,
+        return {"depth": self.label, "rounds": self.rounds, "plain_steps": self.plain_steps, "tau": self.tau,
+                "round_ms": self.round_ms,
                 "dflash_tok_s": self.dflash_tok_s, "ar_tok_s": self.ar_tok_s, "speedup": self.speedup}
 
 
@@ -118,9 +121,13 @@ class DepthStats:
     def add_rounds(self, rounds: list[Any]) -> None:
         for r, (depth, seconds) in zip(rounds, round_times(rounds)):
             b = self._bin(depth)
-            b.rounds += 1
             b.committed += len(field_of(r, "committed") or [])
             b.dflash_s += seconds
+            if field_of(r, "bonus_kind") == PLAIN:
+                b.plain_steps += 1
+                continue
+            b.rounds += 1
+            b.round_s += seconds
             if field_of(r, "drafted"):
                 b.drafting_rounds += 1
                 b.acceptance_sum += field_of(r, "accepted", 0) + 1

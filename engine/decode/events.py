@@ -15,6 +15,9 @@ class StartEvent:
     type: str = "start"
 
 
+PLAIN = "plain"  # a round event's bonus_kind when auto skipped the drafter: one token, no verify of drafts
+
+
 @dataclass
 class CalibrationEvent:
     """Progress of --block-size auto's first measurement of this machine's cost curve (not written
@@ -41,7 +44,7 @@ class RoundEvent:
     drafted: list[int]  # the L-1 draft ids, without the anchor
     accepted: int
     bonus: int  # the target's token after the accepted prefix
-    bonus_kind: str  # "bonus" when every draft was accepted, else "correction"
+    bonus_kind: str  # "bonus" when every draft was accepted, else "correction"; PLAIN for auto's plain steps
     committed: list[int]  # tokens this round added to the output, after any cut
     draft_ms: float
     verify_ms: float
@@ -98,6 +101,8 @@ class SummaryEvent:
     stop_reason: str  # "eos", "max_tokens", "stop_string" or "cancelled"
     peak_memory_mb: float
     reused_tokens: int = 0  # prompt tokens taken from the previous run's caches (engine/decode/prefix_cache.py)
+    num_plain_steps: int = 0  # auto's plain steps (not counted in num_rounds)
+    mean_round_ms: float | None = None  # a round's wall time, plain steps left out
     type: str = "summary"
 
 

@@ -87,7 +87,6 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
 
 def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
-    df_decode_s = sum(s.decode_s for s in df)
     stats = RoundStats.of(rounds)
     return {
         "ar_tok_s": round(ar_tok_s, 3),
@@ -100,8 +99,9 @@ def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundE
         "draft_ms": stats.mean_draft_ms,
         "verify_ms": stats.mean_verify_ms,
         "rollback_ms": stats.mean_rollback_ms,
-        "round_ms": round(1000 * df_decode_s / len(rounds), 4) if rounds else None,
-        "round_in_ar_steps": round_in_ar_steps(df_decode_s, len(rounds), ar_tok_s),
+        "plain_steps": stats.plain_steps,  # auto's plain steps: no rounds, left out of the round figures
+        "round_ms": stats.mean_round_ms,
+        "round_in_ar_steps": round_in_ar_steps(sum(stats.round_wall_ms) / 1000, stats.rounds, ar_tok_s),
         "acceptance_by_position": stats.per_position_acceptance,
         "identical": all(a.token_ids == d.token_ids for a, d in zip(ar, df)),
         "ar_tokens": sum(s.num_generated for s in ar),
