@@ -124,7 +124,8 @@ class ParityResult:
 
     @property
     def round_in_ar_steps(self) -> Optional[float]:
-        return round_in_ar_steps(self.dflash.decode_s, self.dflash.num_rounds, self.ar.tok_per_s)
+        d = self.dflash  # the real rounds' own time: auto's plain steps are no rounds
+        return round_in_ar_steps((d.mean_round_ms or 0.0) * d.num_rounds / 1000, d.num_rounds, self.ar.tok_per_s)
 
     def to_dict(self) -> dict:
         verdict = self.verdict
