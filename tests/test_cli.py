@@ -164,3 +164,27 @@ def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, 
     assert "'hello world'" in text and "ended at their first token" in text
     row = next(line for line in text.splitlines() if line.startswith("hello world"))
     assert not any(c.isdigit() for c in row), row
+
+
+def test_block_size_zero_is_refused(qwen3_tied_dirs, capsys):
+    """0 is not a block size (the window's "drafter's" is None by the time it reaches the engine)."""
+    assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "x", "--block-size", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "block size 0 is not a block size" in err and err.count("\n") == 1 and "unexpected" not in err
+
+
+def test_block_size_one_runs(qwen3_tied_dirs, capsys):
+    """Block size 1 never drafts, so there is no tau: the run's last line says so instead of failing."""
+    argv = ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "6"]
+    assert cli(argv + ["--block-size", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "[dflash: 6 tokens" in err and "5 rounds" in err and "tau" not in err and "unexpected" not in err
+    assert cli(argv + ["--block-size", "2"]) == 0
+    assert ", tau " in capsys.readouterr().err
+
+
+def test_lone_surrogate_prompt_is_refused(qwen3_tied_dirs, capsys):
+    for fmt in ("--raw", "--chat"):
+        assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "a\udc80b", fmt]) == 2
+        err = capsys.readouterr().err
+        assert "U+DC80 at character 1" in err and err.count("\n") == 1 and "unexpected" not in err

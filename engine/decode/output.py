@@ -24,6 +24,7 @@ class OutputTracker:
         self.stop_reason: str | None = None
         self._emitted = 0
         self._cut: int | None = None  # text length where a stop string begins
+        self._finished = False
 
     @property
     def remaining(self) -> int:
@@ -59,6 +60,7 @@ class OutputTracker:
 
     def finish(self) -> None:
         self.detok.finalize()
+        self._finished = True
 
     @property
     def text(self) -> str:
@@ -66,8 +68,26 @@ class OutputTracker:
         return text if self._cut is None else text[: self._cut]
 
     def take_delta(self) -> str:
-        """Text that appeared since the last call."""
+        """Text that appeared since the last call, less an end that may begin a stop string.
+
+        While the output goes on, text ending in the first characters of a stop string is held back
+        until the next tokens complete the stop (and the summary cuts it) or rule it out, so the
+        stream never shows what the summary cuts. The run's end (a stop, or `finish`) releases it.
+        """
         text = self.text
-        delta = text[self._emitted :]
-        self._emitted = len(text)
+        end = len(text)
+        if self.stop_reason is None and not self._finished:
+            end -= self._pending_stop(text)
+        delta = text[self._emitted : end]
+        self._emitted = max(self._emitted, end)
         return delta
+
+    def _pending_stop(self, text: str) -> int:
+        """Length of the longest end of `text` that a stop string begins with."""
+        longest = 0
+        for stop in self.stop_strings:
+            for n in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:n]):
+                    longest = n
+                    break
+        return longest

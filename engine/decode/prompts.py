@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from engine.errors import SettingsError
@@ -14,8 +15,22 @@ def format_name(chat: Optional[bool]) -> str:
     return next(name for name, flag in PROMPT_FORMATS.items() if flag is chat)
 
 
+# A lone surrogate: no tokenizer encodes one. Python decodes argv bytes that are not UTF-8 into them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text: str) -> None:
+    """Refuse a prompt no tokenizer can encode, saying which character and where."""
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise SettingsError(f"the prompt holds a lone surrogate U+{ord(found.group()):04X} at character "
+                            f"{found.start()} (counting from 0), which is not text a tokenizer can encode; "
+                            "remove it or give the prompt as UTF-8.")
+
+
 def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: Optional[bool] = None) -> list[int]:
     """chat=None uses the chat template when the tokenizer has one."""
+    check_text(text)
     use_chat = tokenizer.has_chat_template if chat is None else chat
     if use_chat:
         if not tokenizer.has_chat_template:

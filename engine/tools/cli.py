@@ -137,8 +137,10 @@ def cmd_generate(args) -> int:
             "stop_reason": summary.stop_reason,
         }))
     else:
-        tau = f", tau {summary.mean_acceptance_length:.2f}, {summary.num_rounds} rounds" if summary.num_rounds else ""
-        print(f"\n[{summary.mode}: {summary.num_generated} tokens, {summary.tok_per_s:.1f} tok/s{tau}, "
+        rounds = f", {summary.num_rounds} rounds" if summary.num_rounds else ""
+        if summary.mean_acceptance_length is not None:  # None when no round drafted (block size 1)
+            rounds = f", tau {summary.mean_acceptance_length:.2f}{rounds}"
+        print(f"\n[{summary.mode}: {summary.num_generated} tokens, {summary.tok_per_s:.1f} tok/s{rounds}, "
               f"prefill {summary.prefill_s:.3f}s, stop: {summary.stop_reason}]", file=sys.stderr)
     return 0
 
