@@ -98,10 +98,13 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
     from engine.decode.settings import DEFAULTS
 
     from PySide6.QtCore import QEventLoop
+    from PySide6.QtGui import QGuiApplication
 
     from engine.models.demo import sample_prompt
 
-    window.resize(1600, 1000)
+    if QGuiApplication.platformName() == "offscreen":  # no real screen (800x800): the README's size
+        window.resize(1600, 1000)
+    # on a real display (a desktop, xvfb-run -s "-screen 0 1280x800x24") the size the screen gave it
     if run_demo:
         window.prompt.set_prompt(sample_prompt(window.models.target_value()))
         window.prompt.format.setCurrentIndex(window.prompt.format.findData("raw"))

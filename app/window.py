@@ -11,14 +11,16 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from PySide6.QtCore import QByteArray, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
 from app import files, screen_fit
 from app.jobs import PairInfo, ParityDone
+from app.menus import build_menus
+from app.layout_fit import ColumnLayout, restore_splitters, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView
@@ -56,7 +58,7 @@ class MainWindow(QMainWindow):
         try:
             self._build()
             self.model_lists = ModelLists(self.models, self.settings, self)
-            self._build_menus()
+            build_menus(self)
             self._apply_settings()
         except BaseException:
             self.controller.shutdown()  # never leave a running QThread behind (Qt aborts the process)
@@ -105,7 +107,6 @@ class MainWindow(QMainWindow):
         self.center_split = QSplitter(Qt.Orientation.Vertical)
         self.center_split.addWidget(top)
         self.center_split.addWidget(self.rounds)
-        self.center_split.setSizes([420, 480])
 
         self.plots = PlotsPanel()
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
@@ -113,8 +114,7 @@ class MainWindow(QMainWindow):
         self.main_split.addWidget(self.center_split)
         self.main_split.addWidget(self.plots)
         self.main_split.setStretchFactor(1, 3)
-        self.main_split.setStretchFactor(2, 2)
-        self.main_split.setSizes([360, 700, 540])
+        self.columns = ColumnLayout(self.main_split, left, self.center_tabs, self.plots, self.center_split)
         self.setCentralWidget(self.main_split)
 
         self.status_line = StatusLine(self.statusBar())
@@ -128,32 +128,6 @@ class MainWindow(QMainWindow):
         self.rounds.round_opened.connect(lambda _index: self.center_tabs.setCurrentWidget(self.selector_view))
         self.why_view.advise_requested.connect(self.controller.advise)
         self.output.token_clicked.connect(self._token_clicked)
-
-    def _build_menus(self) -> None:
-        def action(menu, text, slot, shortcuts=()):
-            a = QAction(text, self)
-            if shortcuts:
-                a.setShortcuts([QKeySequence(s) for s in shortcuts])
-                a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            a.triggered.connect(slot)
-            menu.addAction(a)
-            return a
-
-        m = self.menuBar().addMenu("&File")
-        action(m, "Open trace…", self._ask_open_trace, ["Ctrl+O"])
-        m.addSeparator()
-        action(m, "Export trace (JSONL)…", lambda: self._ask_save("trace", "JSONL (*.jsonl)", self.export_trace),
-               ["Ctrl+S"])
-        action(m, "Export Chrome trace (JSON)…",
-               lambda: self._ask_save("trace.chrome", "JSON (*.json)", self.export_chrome))
-        action(m, "Export rounds (CSV)…", lambda: self._ask_save("rounds", "CSV (*.csv)", self.export_rounds_csv))
-        action(m, "Save plots (PNG)…", lambda: self._ask_save("plots", "PNG (*.png)", self.save_plots_png))
-        m.addSeparator()
-        action(m, "Quit", self.close, ["Ctrl+Q"])
-        r = self.menuBar().addMenu("&Run")
-        self.run_action = action(r, "Run", self.start_run, ["Ctrl+Return", "Ctrl+Enter"])
-        self.stop_action = action(r, "Stop", self.stop, ["Esc"])
-        action(r, "Load pair", self.start_load, ["Ctrl+L"])
 
     # ---- settings --------------------------------------------------------------------------
 
@@ -170,10 +144,8 @@ class MainWindow(QMainWindow):
         self.prompt.apply(s)
         self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt)
         screen_fit.place(self, s.window_geometry)  # fits the screen on a first launch, clamped after
-        for name, split in (("main", self.main_split), ("center", self.center_split)):
-            state = s.splitters.get(name)
-            if isinstance(state, str) and state:
-                split.restoreState(QByteArray.fromBase64(state.encode()))
+        self.columns.fit(self.width(), self.height())  # sizes both splitters
+        restore_splitters(s.splitters, self.columns.splits())
         self.center_tabs.setCurrentIndex(s.center_tab if 0 <= s.center_tab < self.center_tabs.count() else 0)
         self.models.check_now()
 
@@ -183,8 +155,7 @@ class MainWindow(QMainWindow):
         s.drafter = self.models.drafter_value() or ""
         self.prompt.store(s)
         s.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
-        s.splitters = {name: bytes(split.saveState().toBase64().data()).decode()
-                       for name, split in (("main", self.main_split), ("center", self.center_split))}
+        s.splitters = {**s.splitters, **splitter_states(self.columns.splits())}  # the other arrangement's kept
         s.center_tab = self.center_tabs.currentIndex()
         return s
 
@@ -324,17 +295,6 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"replaying {path}")
         return True
 
-    def _ask_open_trace(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a trace", "", "Traces (*.jsonl);;All files (*)")
-        if path:
-            self.open_trace(path)
-
-    def _ask_save(self, stem: str, filt: str, fn) -> None:
-        ext = filt.split("*")[1].rstrip(")")
-        path, _ = QFileDialog.getSaveFileName(self, "Save", f"{stem}{ext}", filt)
-        if path:
-            fn(path)
-
     # ---- drag and drop ---------------------------------------------------------------------
 
     def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt API)
@@ -377,6 +337,10 @@ class MainWindow(QMainWindow):
             box.show()
             self.notice_box = box
         self.notice_shown.emit(message)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.columns.fit(self.width(), self.height())
 
     # ---- closing ---------------------------------------------------------------------------
 

@@ -1,10 +1,18 @@
 """The window on small screens: a first launch fits the screen's available area, a restored
-geometry larger than the screen is clamped, and Run stays visible without scrolling."""
+geometry larger than the screen is clamped, Run stays visible without scrolling, and below three
+columns' width the plots become a tab instead of running past the window's edge."""
+
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtGui import QImage
 
 from app import screen_fit
+from app.layout_fit import plots_min_width
 from app.screen_fit import clamp_geometry, first_geometry
 
 from test_app_common import app_env, make_window  # noqa: F401
@@ -62,3 +70,52 @@ def test_a_restored_geometry_larger_than_the_screen_is_clamped(qtbot, make_windo
     w2 = make_window()
     qtbot.waitExposed(w2)
     run_button_on_screen(w2, available)
+
+
+def columns_not_cut(w) -> None:
+    """The settings column is as wide as its prompt grid needs, the plots as their titles and axes."""
+    left = w.main_split.widget(0)
+    assert left.width() >= left.minimumSizeHint().width(), (left.width(), left.minimumSizeHint())
+    assert w.plots.width() >= plots_min_width(w.plots) - 8, (w.plots.width(), plots_min_width(w.plots))
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_on_a_small_screen_the_plots_are_a_tab_and_nothing_is_cut(qtbot, make_window, monkeypatch, screen):
+    fake_screen(monkeypatch, SCREENS[screen])
+    w = make_window()
+    qtbot.waitExposed(w)
+    assert w.main_split.count() == 2 and w.center_tabs.indexOf(w.plots) >= 0
+    assert not w.plots.isVisible()  # a tab page behind Output: never painted over it
+    w.center_tabs.setCurrentWidget(w.plots)
+    qtbot.waitUntil(w.plots.isVisible)
+    columns_not_cut(w)
+    assert w.center_tabs.height() > w.rounds.height()  # the plots get the larger share
+
+
+def test_a_wide_window_has_three_columns_and_switches_back(qtbot, make_window):
+    w = make_window()
+    w.resize(1600, 1000)
+    qtbot.waitUntil(lambda: w.main_split.count() == 3)
+    assert w.center_tabs.indexOf(w.plots) < 0 and w.plots.isVisible()
+    columns_not_cut(w)
+    w.resize(1240, 760)
+    qtbot.waitUntil(lambda: w.main_split.count() == 2)
+    assert w.center_tabs.tabText(w.center_tabs.indexOf(w.plots)) == "Plots"
+    w.close()
+    w2 = make_window()  # reopens in the arrangement its size calls for, with that arrangement's sizes
+    assert w2.main_split.count() == 2
+
+
+@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="needs Xvfb (apt-get install xvfb)")
+def test_screenshot_under_a_real_x_server_keeps_the_screens_size(tmp_path):
+    from app.qt_libs import xcb_problem
+
+    if xcb_problem():
+        pytest.skip(xcb_problem())
+    out = tmp_path / "small.png"
+    env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
+    proc = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x800x24", sys.executable, "-m", "app.cli", "gui",
+                           "--screenshot", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    image = QImage(str(out))
+    assert 1000 <= image.width() <= 1280 and 600 <= image.height() <= 800 - screen_fit.TITLE_BAR

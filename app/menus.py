@@ -1,0 +1,52 @@
+"""The window's menu bar: File (open, exports, quit) and Run (run, stop, load), with shortcuts."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu
+
+
+def _action(window: QMainWindow, menu: QMenu, text: str, slot: Callable, shortcuts: tuple[str, ...] = ()) -> QAction:
+    a = QAction(text, window)
+    if shortcuts:
+        a.setShortcuts([QKeySequence(s) for s in shortcuts])
+        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    a.triggered.connect(slot)
+    menu.addAction(a)
+    return a
+
+
+def build_menus(window) -> None:
+    """Menus calling the window's own methods; sets window.run_action and window.stop_action."""
+    m = window.menuBar().addMenu("&File")
+    _action(window, m, "Open trace…", lambda: _ask_open_trace(window), ("Ctrl+O",))
+    m.addSeparator()
+    _action(window, m, "Export trace (JSONL)…",
+            lambda: _ask_save(window, "trace", "JSONL (*.jsonl)", window.export_trace), ("Ctrl+S",))
+    _action(window, m, "Export Chrome trace (JSON)…",
+            lambda: _ask_save(window, "trace.chrome", "JSON (*.json)", window.export_chrome))
+    _action(window, m, "Export rounds (CSV)…",
+            lambda: _ask_save(window, "rounds", "CSV (*.csv)", window.export_rounds_csv))
+    _action(window, m, "Save plots (PNG)…", lambda: _ask_save(window, "plots", "PNG (*.png)", window.save_plots_png))
+    m.addSeparator()
+    _action(window, m, "Quit", window.close, ("Ctrl+Q",))
+    r = window.menuBar().addMenu("&Run")
+    window.run_action = _action(window, r, "Run", window.start_run, ("Ctrl+Return", "Ctrl+Enter"))
+    window.stop_action = _action(window, r, "Stop", window.stop, ("Esc",))
+    _action(window, r, "Load pair", window.start_load, ("Ctrl+L",))
+
+
+def _ask_open_trace(window) -> None:
+    path, _ = QFileDialog.getOpenFileName(window, "Open a trace", "", "Traces (*.jsonl);;All files (*)")
+    if path:
+        window.open_trace(path)
+
+
+def _ask_save(window, stem: str, filt: str, fn: Callable) -> None:
+    ext = filt.split("*")[1].rstrip(")")
+    path, _ = QFileDialog.getSaveFileName(window, "Save", f"{stem}{ext}", filt)
+    if path:
+        fn(path)
