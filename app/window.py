@@ -20,6 +20,7 @@ from engine.errors import DFlashError
 from app import files, screen_fit
 from app.jobs import PairInfo, ParityDone
 from app.menus import build_menus
+from app.autosave import Autosave
 from app.layout_fit import ColumnLayout, restore_splitters, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
@@ -60,6 +61,10 @@ class MainWindow(QMainWindow):
             self.model_lists = ModelLists(self.models, self.settings, self)
             build_menus(self)
             self._apply_settings()
+            self.autosave = Autosave(self.save_settings, self, enabled=persist)  # not only on close
+            self.autosave.watch(self.main_split, self.center_split, self.center_tabs,
+                                *self.prompt.findChildren(QWidget))  # its editor, boxes and buttons
+            self.models.selection_changed.connect(self.autosave.changed)
         except BaseException:
             self.controller.shutdown()  # never leave a running QThread behind (Qt aborts the process)
             raise
@@ -205,6 +210,7 @@ class MainWindow(QMainWindow):
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
+        self.autosave.changed()
         self.model_lists.refresh()
         self.prompt.set_prompt(prompt_after_load(self.prompt.prompt(), info.target))
 
@@ -350,6 +356,7 @@ class MainWindow(QMainWindow):
             event.accept()
             return
         self._closing = True
+        self.autosave.stop()
         if self.persist:
             self.save_settings()
         self.hide()

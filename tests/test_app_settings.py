@@ -302,3 +302,34 @@ def test_a_bundled_target_named_as_the_command_line_takes_it_gets_its_own_sample
     assert sample_prompt(qwen3_tied_dirs[0]) == sample_prompt(None) == SAMPLE_PROMPT
     (tmp_path / "demo-hybrid-target").mkdir()  # a folder of that name here is what --target loads
     assert sample_prompt("demo-hybrid-target") == SAMPLE_PROMPT
+
+
+def saved() -> dict:
+    path = settings_path()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def test_settings_are_saved_when_they_change_not_only_on_close(qtbot, make_window, monkeypatch):
+    """A crash after typing loses at most the debounce's second: the file holds the typed prompt
+    and the changed settings with the window still open, written once for a burst of keys."""
+    import app.window
+
+    w = make_window()
+    qtbot.waitUntil(lambda: w.hf_scan_done and not w.autosave.timer.isActive())  # the launch's own changes
+    writes = []
+    real_save = app.window.save_settings
+    monkeypatch.setattr(app.window, "save_settings", lambda s, path: writes.append(s.prompt) or real_save(s, path))
+    w.prompt.editor.clear()
+    qtbot.keyClicks(w.prompt.editor, "typed, then a crash")
+    w.prompt.max_tokens.setValue(33)
+    w.prompt.set_mode("ar")
+    qtbot.waitUntil(lambda: saved().get("prompt") == "typed, then a crash", timeout=5000)
+    assert (saved()["max_tokens"], saved()["mode"]) == (33, "ar") and w.isVisible()
+    assert writes == ["typed, then a crash"]
+
+
+def test_a_screenshot_window_never_writes_settings(qtbot, make_window):
+    w = make_window(persist=False)
+    w.prompt.set_prompt("not to be kept")
+    w.prompt.max_tokens.setValue(33)
+    assert not w.autosave.timer.isActive() and not settings_path().exists()
