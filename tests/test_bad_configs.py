@@ -77,3 +77,27 @@ def test_every_target_field(qwen3_tied_dirs, tmp_path, capsys, field, bad):
     broken = tmp_path / "target"
     _write_config(target, broken, field, BAD_VALUES[bad])
     _assert_runs_or_one_line(*_run(capsys, broken, drafter), (field, bad))
+
+
+SCALING_FIELDS = [("embedding_multiplier",), ("logits_scaling",)]
+
+
+@pytest.fixture(scope="module")
+def granite_dirs(models_root, tokenizer_dir):
+    """A Granite pair: its config keys scale the embeddings and logits the drafter borrows."""
+    from fixtures import tiny_models as tm
+    from test_families import GRANITE, write_config_target
+
+    root = models_root / "bad-config-granite"
+    if not root.exists():
+        write_config_target(root / "target", tokenizer_dir, "granite", seed=70, **GRANITE)
+        tm.write_drafter(root / "drafter", root / "target", seed=71)
+    return root / "target", root / "drafter"
+
+
+@pytest.mark.parametrize("field,bad", _cases(SCALING_FIELDS), ids=lambda v: ".".join(v) if isinstance(v, tuple) else v)
+def test_every_scaling_field(granite_dirs, tmp_path, capsys, field, bad):
+    target, drafter = granite_dirs
+    broken = tmp_path / "target"
+    _write_config(target, broken, field, BAD_VALUES[bad])
+    _assert_runs_or_one_line(*_run(capsys, broken, drafter), (field, bad))

@@ -188,3 +188,34 @@ def test_lone_surrogate_prompt_is_refused(qwen3_tied_dirs, capsys):
         assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "a\udc80b", fmt]) == 2
         err = capsys.readouterr().err
         assert "U+DC80 at character 1" in err and err.count("\n") == 1 and "unexpected" not in err
+
+
+@pytest.fixture(scope="module")
+def block32_dirs(qwen3_tied_dirs, models_root):
+    """The tiny Qwen3 target with a drafter whose native block (32) is above what a user may ask for."""
+    from fixtures import tiny_models as tm
+
+    drafter = models_root / "block32-drafter"
+    if not drafter.exists():
+        tm.write_drafter(drafter, qwen3_tied_dirs[0], seed=80, block_size=32)
+    return qwen3_tied_dirs[0], drafter
+
+
+def test_a_drafter_above_the_limit_runs_at_its_own_block(block32_dirs, capsys):
+    """The limit bounds what a user asks for, not the drafter's own block, which the user did not set."""
+    from engine.decode.settings import MAX_BLOCK, GenerationSettings
+    from engine.models.pair import load_pair
+    from helpers import run
+
+    pair = load_pair(*block32_dirs)
+    assert pair.drafter.cfg.block_size == 32 > MAX_BLOCK
+    assert GenerationSettings().resolved(pair).block_size == 32
+    assert GenerationSettings(block_size=8).resolved(pair).block_size == 8
+    _, rounds = run(pair, PROMPTS[0], max_tokens=40)
+    assert len(rounds[0].drafted) == 31  # a whole block of 32, the anchor included
+    out = run_json(capsys, ["parity", *pair_args(block32_dirs), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "40",
+                            "--json"])
+    assert out["verdict"] in ("identical", "near_tie"), out
+    assert cli(["generate", *pair_args(block32_dirs), "--prompt", "x", "--block-size", "32"]) == 2
+    err = capsys.readouterr().err
+    assert f"outside 1..{MAX_BLOCK}" in err and "leave it unset" in err and err.count("\n") == 1

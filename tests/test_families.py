@@ -15,17 +15,61 @@ from engine.models.taps import install_taps, remove_taps
 from conftest import PROMPTS
 from helpers import run
 
-FAMILIES = ["qwen3", "qwen2", "llama", "mistral", "gemma3_text"]
+FAMILIES = ["qwen3", "qwen2", "llama", "mistral", "gemma3_text", "granite"]
 LONG = PROMPTS[0] + "\n" + PROMPTS[1]  # longer than the 8-token sliding windows of the fixtures
+# Granite scales its embeddings and logits by config keys (granite-3.0 values, but logits_scaling).
+GRANITE = {"embedding_multiplier": 12.0, "logits_scaling": 0.5, "attention_multiplier": 0.0625,
+           "residual_multiplier": 0.22, "attention_bias": False, "mlp_bias": False}
+
+
+def write_config_target(out, tokenizer_dir, model_type: str, seed: int, **keys):
+    """A random target whose config holds extra keys its family needs (tm.write_target takes none)."""
+    import json
+    import shutil
+
+    out.mkdir(parents=True)
+    vocab, eos, _ = tm._vocab_and_eos(tokenizer_dir)
+    config = {**tm.target_config(vocab, eos, model_type=model_type), **keys}
+    mx.random.seed(seed)
+    tm._save(tm.build_target_model(config), out, mx.float32)
+    (out / "config.json").write_text(json.dumps(config))
+    for name in tm.TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, out / name)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def family_pair(request, models_root, tokenizer_dir):
     root = models_root / f"family-{request.param}"
     if not root.exists():
-        tm.write_target(root / "target", tokenizer_dir, model_type=request.param, seed=5)
+        if request.param == "granite":
+            write_config_target(root / "target", tokenizer_dir, "granite", seed=5, **GRANITE)
+        else:
+            tm.write_target(root / "target", tokenizer_dir, model_type=request.param, seed=5)
         tm.write_drafter(root / "drafter", root / "target", seed=6)
     return load_pair(root / "target", root / "drafter")
+
+
+def test_embeddings_are_the_first_layers_input(family_pair):
+    """What the drafter borrows as the target's embedding is what the target's first layer receives:
+    Gemma's sqrt(hidden_size), Granite's embedding_multiplier, nothing for the others."""
+    model = family_pair.target
+    layer = model.layers[0]
+    plain, seen = type(layer), []
+
+    class Recording(plain):
+        def __call__(self, x, *args, **kwargs):
+            seen.append(x)
+            return plain.__call__(self, x, *args, **kwargs)
+
+    ids = mx.array(encode_prompt(family_pair.tokenizer, PROMPTS[2], chat=False))[None]
+    layer.__class__ = Recording
+    try:
+        with mx.stream(STREAM):
+            model(ids, cache=make_target_cache(model))
+    finally:
+        layer.__class__ = plain
+    with mx.stream(STREAM):
+        assert mx.allclose(family_pair.head.embed(ids), seen[0], atol=1e-5).item()
 
 
 def test_taps_are_layer_outputs(family_pair):
@@ -101,3 +145,64 @@ def test_quantized_target_runs_losslessly(quantized_dirs):
         result = run_parity(pair, ids, GenerationSettings(max_tokens=32))
         assert result.identical or result.margin_at_divergence < result.near_tie, result.to_dict()
         assert result.dflash.num_rounds > 0
+
+
+def test_scaling_comes_from_config_keys_not_family_names():
+    from engine.errors import CheckpointError
+    from engine.models.target import embed_scale, logit_scale
+
+    # Any family whose args declare the key, whatever it is called.
+    assert logit_scale({"model_type": "command_z", "logit_scale": 0.25}, 64) == 0.25
+    assert logit_scale({"model_type": "ibm_next", "logits_scaling": 4.0}, 64) == 0.25
+    assert logit_scale({"model_type": "minicpm", "dim_model_base": 16}, 64) == 0.25
+    assert logit_scale({"model_type": "qwen3"}, 64) == 1.0
+    assert embed_scale({"model_type": "ibm_next", "embedding_multiplier": 12.0}, "ibm_next", None) == 12.0
+    assert embed_scale({"scale_emb": 12, "hidden_size": 64}, "minicpm", None) == 12.0
+    assert embed_scale({"mup_enabled": True, "hidden_size": 64}, "afmoe", None) == 8.0
+    assert embed_scale({"hidden_size": 64}, "gemma2", None) == 8.0  # Gemma's is in its architecture
+    assert embed_scale({"hidden_size": 64}, "gemma4_text", type("M", (), {"embed_scale": 6.0})()) == 6.0
+    assert embed_scale({"hidden_size": 64, "logit_scale": 3.0}, "qwen3", None) == 1.0
+    for bad in ("x", True, -1.0, float("inf"), []):
+        with pytest.raises(CheckpointError, match="'logits_scaling' should be a positive number"):
+            logit_scale({"logits_scaling": bad}, 64)
+
+
+def test_a_dense_target_never_imports_mlx_lm_private_gated_delta_modules(qwen3_tied_dirs):
+    """Start-up, loading and a run of a dense pair (CLI and window modules imported) leave mlx-lm's
+    private GatedDeltaNet modules alone: a rename there can break hybrid targets only."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import app.worker, engine.tools.cli  # the window's and the command line's start-up imports
+from engine.models.pair import load_pair
+from helpers import run
+pair = load_pair(sys.argv[1], sys.argv[2])
+summary, rounds = run(pair, "def f():", max_tokens=8)
+assert rounds and pair.facts()["rollback"] == "kv-trim"
+private = ("mlx_lm.models.gated_delta", "mlx_lm.models.qwen3_5", "mlx_lm.models.qwen3_next")
+print(sorted(m for m in private if m in sys.modules))
+"""
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    env = {**__import__("os").environ, "PYTHONPATH": tests}
+    done = subprocess.run([sys.executable, "-c", script, *map(str, qwen3_tied_dirs)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_mlx_lm_is_bounded_below_its_next_minor():
+    """pyproject.toml allows the installed mlx-lm and no later minor (its private modules may change)."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    spec = SpecifierSet(re.search(r'"mlx-lm([^";]*)"', text).group(1))
+    installed = Version(version("mlx-lm"))
+    assert installed in spec
+    assert Version(f"{installed.major}.{installed.minor + 1}.0") not in spec

@@ -97,13 +97,18 @@ class GenerationSettings:
         if pair.drafter is None:
             raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
         own = pair.drafter.cfg.block_size
-        block = own if self.block_size is None else self.block_size
-        high = min(own, MAX_BLOCK)
+        if self.block_size is None:  # the drafter's own, whatever it is: MAX_BLOCK bounds what a user asks for
+            return replace(self, block_size=own)
+        block, high = self.block_size, min(own, MAX_BLOCK)
         if block == 0:  # the window's "drafter's" is 0 in its spin box, but it passes None
             raise SettingsError(f"block size 0 is not a block size: give 1..{high}, or leave it unset for the "
                                 f"drafter's own ({own}).")
         if not 1 <= block <= high:
-            why = f" (this drafter drafts blocks of {own})" if own < MAX_BLOCK and block <= MAX_BLOCK else ""
+            why = ""
+            if own < MAX_BLOCK and block <= MAX_BLOCK:
+                why = f" (this drafter drafts blocks of {own})"
+            elif own > MAX_BLOCK:
+                why = f" (leave it unset to run this drafter's own block of {own})"
             raise SettingsError(f"block size {block} is outside 1..{high}{why}.")
         return replace(self, block_size=block)
 

@@ -20,6 +20,7 @@ does; mlx-lm's `sum_gradients` is the identity forward.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,14 +29,15 @@ from typing import Any, Iterator, Optional
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache
-from mlx_lm.models.gated_delta import compute_g, normalize_qk
-from mlx_lm.models.qwen3_5 import GatedDeltaNet as Qwen35GatedDeltaNet
-from mlx_lm.models.qwen3_next import Qwen3NextGatedDeltaNet
 
+from engine.errors import DFlashError
 from engine.models.layer_swap import is_swapped, swap, unswap
 from kernels import gated_delta_tape
 
-GDN_CLASSES: tuple[type, ...] = (Qwen35GatedDeltaNet, Qwen3NextGatedDeltaNet)
+# mlx-lm's GatedDeltaNet mixers, by the private module that defines each. They are looked up among
+# the modules already imported, never imported here: loading a hybrid target imports its family's
+# module, and a dense target never touches these internals (a rename there breaks hybrids only).
+GDN_CLASS_NAMES = {"mlx_lm.models.qwen3_5": "GatedDeltaNet", "mlx_lm.models.qwen3_next": "Qwen3NextGatedDeltaNet"}
 
 KIND = "Taped"
 
@@ -44,6 +46,19 @@ _ACTIVE_TAPES: ContextVar[dict[int, "GDNTape"]] = ContextVar("dflash_active_tape
 
 # model_type values (top level and text_config) whose targets carry GatedDeltaNet layers.
 HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
+
+
+def gdn_classes() -> tuple[type, ...]:
+    """The GatedDeltaNet classes of the hybrid families loaded so far (none for a dense target)."""
+    found = []
+    for module, name in GDN_CLASS_NAMES.items():
+        if module in sys.modules:
+            cls = getattr(sys.modules[module], name, None)
+            if cls is None:
+                raise DFlashError(f"this mlx-lm has no {module}.{name}, which hybrid targets' rollback needs; "
+                                  "install the mlx-lm version pyproject.toml names.")
+            found.append(cls)
+    return tuple(found)
 
 
 @dataclass
@@ -77,7 +92,7 @@ def recording(tapes: dict[int, GDNTape]) -> Iterator[dict[int, GDNTape]]:
 def _project(layer: nn.Module, x: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
     """(pre-conv q|k|v [B, S, C], z [B, S, Hv, Dv], b, a) as each family computes them."""
     B, S, _ = x.shape
-    if isinstance(layer, Qwen3NextGatedDeltaNet):
+    if hasattr(layer, "in_proj_qkvz"):  # qwen3_next projects q, k, v and z together
         q, k, v, z, b, a = layer.fix_query_key_value_ordering(layer.in_proj_qkvz(x), layer.in_proj_ba(x))
         qkv = mx.concatenate([q.reshape(B, S, -1), k.reshape(B, S, -1), v.reshape(B, S, -1)], axis=-1)
         return qkv, z, b, a
@@ -89,6 +104,8 @@ def _project(layer: nn.Module, x: mx.array) -> tuple[mx.array, mx.array, mx.arra
 def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
     """mlx-lm's GatedDeltaNet forward with a cache and no mask, recording into its cache's tape while
     a `recording()` block holds one."""
+    from mlx_lm.models.gated_delta import compute_g, normalize_qk  # imported with the hybrid family's module
+
     B, S, _ = inputs.shape
     qkv, z, b, a = _project(layer, inputs)
 
@@ -153,9 +170,10 @@ def gdn_layers(model: nn.Module) -> Iterator[tuple[int, nn.Module]]:
     layers = getattr(model, "layers", None)
     if not isinstance(layers, list):
         return
+    classes = gdn_classes()
     for i, layer in enumerate(layers):
         mixer = getattr(layer, "linear_attn", None) if isinstance(layer, nn.Module) else None
-        if isinstance(mixer, GDN_CLASSES):
+        if classes and isinstance(mixer, classes):
             yield i, mixer
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -11,8 +12,20 @@ import mlx.nn as nn
 from engine.errors import CheckpointError
 from engine.models.drafter_config import flat_config
 
-# Families whose decoder multiplies token embeddings by sqrt(hidden_size).
-SCALED_EMBEDDING_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "recurrent_gemma"}
+# What the target does to its token embeddings and logits, from the keys of its own args (those its
+# mlx-lm family declares, so a key counts only where the family's forward applies it).
+EMBED_MULTIPLIER_KEYS = ("embedding_multiplier", "scale_emb", "mup_embedding_multiplier")  # embed(ids) * value
+SQRT_HIDDEN_KEYS = ("mup_enabled", "embeddings_scale_by_sqrt_dim")  # true: embed(ids) * sqrt(hidden_size)
+LOGIT_MULTIPLIER_KEYS = ("logit_scale", "output_multiplier")  # logits * value
+LOGIT_DIVISOR_KEYS = ("logits_scaling", "mup_width_multiplier")  # logits / value
+# MiniCPM: the final hidden state / (hidden_size / dim_model_base), i.e. logits * dim_model_base / hidden_size.
+LOGIT_BASE_KEY = "dim_model_base"
+# Gemma scales by sqrt(hidden_size) in its architecture, with no config key to say so (Gemma 4 and
+# others that keep the figure as the model's `embed_scale` are read from the model).
+SQRT_HIDDEN_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n"}
+# Real scales are 0.03..256; one past this is a corrupt config (and an integer past 64 bits breaks
+# MLX's arithmetic in the target's own forward).
+MAX_FACTOR = 1e6
 
 
 def decoder_layers(model: nn.Module) -> list:
@@ -76,10 +89,9 @@ class TargetHead:
         # Wrappers (e.g. qwen3_5's language_model) keep an untied head below the top level.
         lm_head = getattr(model, "lm_head", None) or _find_module(model, "lm_head")
         self.lm_head = lm_head if isinstance(lm_head, nn.Module) else None
-        self.softcap = args.get("final_logit_softcapping")
-        self.logit_scale = args.get("logit_scale") if self.model_type.startswith("cohere") else None
-        self.logits_scaling = args.get("logits_scaling") if self.model_type.startswith("granite") else None
         self.hidden_size = int(args.get("hidden_size", 0))
+        self.softcap = _factor(args, "final_logit_softcapping")
+        self.logit_scale = logit_scale(args, self.hidden_size)
         self.vocab_size = int(args.get("vocab_size", 0))
         # args, not the layer list: a pipelined model lists only this rank's layers
         self.num_layers = int(args.get("num_hidden_layers") or len(decoder_layers(model)))
@@ -87,12 +99,12 @@ class TargetHead:
         owner = getattr(model, "language_model", model)
         self.sharding_group = getattr(owner, "sharding_group", None) if self.lm_head is not None else None
         self.dtype = _param_dtype(self.embed_tokens)
-        self.embed_scale = self.model_type in SCALED_EMBEDDING_TYPES
+        self.embed_scale = embed_scale(args, self.model_type, _embedding_owner(model))
 
     def embed(self, ids: mx.array) -> mx.array:
         h = self.embed_tokens(ids)
-        if self.embed_scale:
-            h = h * mx.array(self.hidden_size**0.5, mx.bfloat16).astype(h.dtype)
+        if self.embed_scale != 1.0:
+            h = h * mx.array(self.embed_scale, h.dtype)
         return h
 
     def raw_logits(self, hidden: mx.array) -> mx.array:
@@ -106,13 +118,56 @@ class TargetHead:
 
     def logits(self, hidden: mx.array) -> mx.array:
         out = self.raw_logits(hidden)
-        if self.logit_scale:
+        if self.logit_scale != 1.0:
             out = out * self.logit_scale
-        if self.logits_scaling:
-            out = out / self.logits_scaling
         if self.softcap:
             out = mx.tanh(out / self.softcap) * self.softcap
         return out
+
+
+def _factor(args: dict[str, Any], key: str) -> Optional[float]:
+    """The positive number under `key`; None where it is absent, null or 0 (off)."""
+    value = args.get(key)
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_FACTOR:
+        raise CheckpointError(f"target config: '{key}' should be a positive number up to {MAX_FACTOR:g}, "
+                              f"found {value!r}.")
+    return float(value)
+
+
+def embed_scale(args: dict[str, Any], model_type: str, owner: Optional[nn.Module]) -> float:
+    """What the target multiplies its token embeddings by before its first layer."""
+    held = getattr(owner, "embed_scale", None)  # the model keeps the figure itself
+    if isinstance(held, (int, float)) and not isinstance(held, bool):
+        return float(held)
+    if model_type in SQRT_HIDDEN_TYPES or any(args.get(key) is True for key in SQRT_HIDDEN_KEYS):
+        return math.sqrt(int(args.get("hidden_size", 0)))
+    scale = 1.0
+    for key in EMBED_MULTIPLIER_KEYS:
+        scale *= _factor(args, key) or 1.0
+    return scale
+
+
+def logit_scale(args: dict[str, Any], hidden_size: int) -> float:
+    """What the target multiplies its head's output by (before any soft cap)."""
+    scale = 1.0
+    for key in LOGIT_MULTIPLIER_KEYS:
+        scale *= _factor(args, key) or 1.0
+    for key in LOGIT_DIVISOR_KEYS:
+        scale /= _factor(args, key) or 1.0
+    base = _factor(args, LOGIT_BASE_KEY)
+    if base is not None and hidden_size:
+        scale *= base / hidden_size
+    return scale
+
+
+def _embedding_owner(model: nn.Module) -> Optional[nn.Module]:
+    """The module holding the target's `embed_tokens` (it may keep an `embed_scale` beside it)."""
+    for _, module in model.named_modules():
+        if isinstance(getattr(module, "embed_tokens", None), nn.Module):
+            return module
+    return None
 
 
 def _param_dtype(module: nn.Module) -> Any:
