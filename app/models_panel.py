@@ -135,6 +135,14 @@ class ModelsPanel(QGroupBox):
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.memory = QLabel()  # the pair's memory needs against this machine's, before a load
+        self.memory.setWordWrap(True)
+        self.memory.setObjectName("hint")
+        self.memory.setToolTip("Weights (the files' sizes) plus the KV cache at the target's full context, "
+                               "against this machine's memory. On a Mac the GPU may use only about three "
+                               "quarters of it.")
+        self.memory.setVisible(False)
+        self.memory_fits: Optional[bool] = None
         self.load_button = QPushButton("Load")
         self.load_button.setToolTip("Load the pair now (Run also loads it when needed)")
         self.cancel_button = QPushButton("Cancel")
@@ -157,6 +165,7 @@ class ModelsPanel(QGroupBox):
         lay = QVBoxLayout(self)
         lay.addLayout(form)
         lay.addWidget(self.verdict)
+        lay.addWidget(self.memory)
         lay.addLayout(buttons)
         lay.addWidget(self.status)
 
@@ -199,6 +208,7 @@ class ModelsPanel(QGroupBox):
 
         self._check_timer.stop()
         target, drafter = self.target_value(), self.drafter_value()
+        self._show_memory(target, drafter)
         if not target:
             demo = "" if self.demo_installed else " and the demo pair is not installed yet"
             self._set_verdict(None, EMPTY_HINT.format(demo=demo))
@@ -225,6 +235,24 @@ class ModelsPanel(QGroupBox):
             for e in self.drafter.entries:
                 ok, why = drafter_verdict(target, e.value)
                 self.drafter.mark(e.value, ok, why)
+
+    def _show_memory(self, target: str, drafter: Optional[str]) -> None:
+        """One line: does the pair fit this machine's memory? From config.json and file sizes only,
+        so cheap enough here; hidden where the folders cannot be read (the verdict says why)."""
+        from engine.models import memory_fit
+
+        try:
+            estimate = memory_fit.estimate_pair(target, drafter) if target else None
+        except Exception:  # noqa: BLE001 - an estimate bug must not stop the window
+            log.exception("the memory estimate failed on %s + %s", target, drafter)
+            estimate = None
+        self.memory_fits = estimate.fits if estimate is not None else None
+        self.memory.setVisible(estimate is not None)
+        if estimate is not None:
+            self.memory.setText(f"Memory: {estimate.line()}")
+            self.memory.setObjectName("verdictBad" if estimate.fits is False else "hint")
+            self.memory.style().unpolish(self.memory)
+            self.memory.style().polish(self.memory)
 
     def _set_verdict(self, ok: Optional[bool], text: str) -> None:
         self.verdict_ok = ok
