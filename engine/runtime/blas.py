@@ -23,10 +23,11 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Optional
 
 DISABLE_ENV = "DFLASH_NO_OPENBLAS"
 GFORTRAN_SONAME = b"libgfortran.so.5"
@@ -69,13 +70,30 @@ def _gfortran_copy() -> Path | None:
     if data.count(old) < 1 or len(GFORTRAN_SONAME) + 1 > len(old):
         return None
     data = data.replace(old, GFORTRAN_SONAME + b"\0" * (len(old) - len(GFORTRAN_SONAME)))
-    # libgfortran finds its own bundled dependencies (libquadmath) through RPATH $ORIGIN.
+    # libgfortran finds its own bundled dependencies (libquadmath) through RPATH $ORIGIN. They go
+    # first: the copy's name appearing is what says the folder is complete.
     for dep in source.parent.glob("libquadmath-*"):
-        shutil.copy2(dep, target_dir / dep.name)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
+        _write_whole(target_dir / dep.name, dep.read_bytes())
+    _write_whole(target, data)
     return target
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write `data` under a temporary name no other process or thread uses, then rename it into place.
+
+    The ranks of an `mlx.launch -n 2` job start together and may copy the same library at once: with
+    one shared temporary name, one rank's rename took the file the other was writing or renaming,
+    and a rank could load a library the other was still writing.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _load_gfortran() -> str:
@@ -107,8 +125,13 @@ sys.exit(0 if abs(c[0] - n) < 1e-3 else 3)
 """
 
 
-def _runs_here(lib: Path, gfortran: str) -> bool:
-    """Whether this OpenBLAS runs on this CPU, checked once per library file in a child process.
+PROBE_TIMEOUT_S = 60
+
+
+def _runs_here(lib: Path, gfortran: str) -> Optional[bool]:
+    """Whether this OpenBLAS runs on this CPU, checked once per library file in a child process;
+    None when the check gave no answer (it timed out, or could not start), which is not remembered:
+    a machine busy at one start says nothing about the library, so the next start checks again.
 
     Some builds pick kernels the CPU cannot execute (cmeel-openblas 0.3.31 dies with SIGILL on
     x86_64 machines without AVX-512), and an illegal instruction kills the process outright, so
@@ -124,9 +147,9 @@ def _runs_here(lib: Path, gfortran: str) -> bool:
             return verdict
     try:
         ok = subprocess.run([sys.executable, "-c", _PROBE, str(lib), gfortran], capture_output=True,
-                            timeout=60, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}).returncode == 0
+                            timeout=PROBE_TIMEOUT_S, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}).returncode == 0
     except (OSError, subprocess.SubprocessError):
-        ok = False
+        return None
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.with_suffix(".ok" if ok else ".bad").touch()
@@ -152,9 +175,13 @@ def preload() -> str:
             os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read by OpenBLAS when it loads
             try:
                 gfortran = _load_gfortran()
-                if _runs_here(lib, gfortran):
+                runs = _runs_here(lib, gfortran)
+                if runs:
                     ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
                     status = f"openblas, {os.environ['OPENBLAS_NUM_THREADS']} thread(s) ({lib})"
+                elif runs is None:
+                    status = (f"unavailable: the check that {lib} runs on this CPU gave no answer in "
+                              f"{PROBE_TIMEOUT_S} s (reference BLAS in use; checked again at the next start)")
                 else:
                     status = f"unavailable: {lib} does not run on this CPU (reference BLAS in use)"
             except OSError as exc:
