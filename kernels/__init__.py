@@ -5,7 +5,11 @@ re-run (on the CPU the reference and a closed-form chunked pass, Metal via mx.fa
 mx.fast.cuda_kernel).
 
 cpu_swiglu: mlx-lm's SwiGLU for float32 blocks of several tokens on the CPU, with an exp
-that is faster and more exact than MLX's CPU one (engine/models/cpu_kernels.py installs it).
+that is faster and more exact than MLX's CPU one.
+
+verify_attention: attention for verify blocks (several query rows over the KV cache): a pure-MLX
+reference, a NumPy host path on the CPU, and (verify_attention_metal) a Metal kernel tried once
+per shape against the reference on a Mac. engine/models/kernel_dispatch.py installs them.
 """
 
 from kernels.gated_delta import gated_delta_rerun, gated_delta_tape, gpu_backend, select, tape_replay

@@ -10,7 +10,7 @@ swiglu takes 0.09 ms instead of 0.22.
 
 The reference is mlx-lm's own swiglu (tests/test_cpu_kernels.py compares). Only float32
 blocks of several tokens take this path; a one-token step (AR decoding) keeps mlx-lm's,
-so AR decoding is exactly what it was. engine/models/cpu_kernels.py installs it.
+so AR decoding is exactly what it was. engine/models/kernel_dispatch.py installs it.
 (A softmax built the same way did not beat MLX's fused attention at the contexts of the
 demo's prompts, so attention is left to MLX.)
 """

@@ -17,7 +17,7 @@ with a NumPy backward, so a recipe can train long windows through it (training i
 compiled then: NumPy needs concrete arrays).
 
 The reference is `reference` (pure MLX ops), and MLX's own `mx.fast.scaled_dot_product_attention`
-is held to it too (tests/test_verify_attention.py). engine/models/cpu_kernels.py installs the
+is held to it too (tests/test_verify_attention.py). engine/models/kernel_dispatch.py installs the
 dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks), and inside whole_sequences()
 whole sequences run without a cache (the drafter trainer's target pass), take the host path on the
 CPU; one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.

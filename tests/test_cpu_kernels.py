@@ -10,7 +10,7 @@ from mlx_lm.models.activations import swiglu as mlx_lm_swiglu
 from engine.decode.decoder import generate
 from engine.decode.events import SummaryEvent
 from engine.decode.settings import GenerationSettings
-from engine.models.cpu_kernels import DISABLE_ENV
+from engine.models.kernel_dispatch import DISABLE_ENV
 from engine.models.pair import load_pair
 from kernels import cpu_swiglu as ck
 

@@ -108,3 +108,39 @@ def test_a_whole_sequence_without_a_cache_takes_the_trainable_host_path():
         grad = mx.grad(lambda a: sdpa(a, k, v, None, 0.25, "causal").sum())(q)
     want = mx.grad(lambda a: va.reference(a, k, v, 0.25, "causal").sum())(q)
     np.testing.assert_allclose(np.array(grad), np.array(want), atol=1e-5, rtol=1e-4)
+
+
+def test_the_metal_path_is_used_only_for_shapes_that_pass_their_check(monkeypatch):
+    """On a Mac the kernel runs only where, once per shape, it agreed with the reference and beat
+    MLX; the check's logic runs here with stand-ins (no Metal on this machine)."""
+    from kernels import verify_attention_metal as vm
+
+    q, k, v = (a.astype(mx.float16) for a in _qkv(8, 2, 16, 300, 64))
+    assert vm.fits(q, k, "causal", None) and not vm.fits(q.astype(mx.float32), k, "causal", None)
+    assert not vm.fits(q, k, mx.zeros((16, 300), dtype=mx.bool_), None) and not vm.fits(q[..., :48], k, None, None)
+
+    def slow_stock(*args, **kwargs):
+        for _ in range(20):
+            out = mx.fast.scaled_dot_product_attention(*args, **kwargs)
+            mx.eval(out)
+        return out
+
+    assert vm.check_shape(q, k, v, 0.125, "causal", kernel=va.reference, stock=slow_stock) is None
+    wrong = vm.check_shape(q, k, v, 0.125, "causal", kernel=lambda *a: va.reference(*a) + 1, stock=slow_stock)
+    assert wrong.startswith("differs from the reference")
+
+    def broken(*args):
+        raise RuntimeError("Unable to build metal library")
+
+    assert "Unable to build" in vm.check_shape(q, k, v, 0.125, "causal", kernel=broken)
+    verdicts = iter([None, "not faster"])
+    checks = vm.ShapeChecks(check=lambda *a: next(verdicts))
+    monkeypatch.setattr(vm, "metal_attention", lambda *a: "kernel")
+    sdpa = vm.sdpa_with_metal(lambda *a, **kw: "stock", checks)
+    plain = object()
+    assert sdpa(q, k, v, plain, 0.125, "causal") == "kernel"  # checked once, passed
+    assert sdpa(q, k, v, plain, 0.125, "causal") == "kernel"  # the same shape: no second check
+    longer = mx.zeros((1, 2, 5000, 64), dtype=mx.float16)
+    assert sdpa(q, longer, longer, plain, 0.125, "causal") == "stock"  # a deeper context: its own check failed
+    assert sdpa(q[:, :, :1], k, v, plain, 0.125, None) == "stock"  # AR steps stay MLX's
+    assert len(checks.verdicts) == 2

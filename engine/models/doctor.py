@@ -166,8 +166,11 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             from kernels.gated_delta import kernel_status
 
             report.facts["gated_delta"] = kernel_status()
+    from engine.models.kernel_dispatch import kernels_status
     from engine.runtime import blas
+    from engine.runtime.streams import STREAM
 
+    report.facts["kernels"] = kernels_status(STREAM.device)
     report.facts["blas"] = blas.status
     report.ok = not report.problems
     return report

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.models.cpu_kernels import install_cpu_kernels
+from engine.models.kernel_dispatch import install_kernels
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter
 from engine.models.drafter_load import load_drafter
@@ -36,7 +36,7 @@ class LoadedPair:
     ranks: Ranks = SINGLE
     sharding: Optional[str] = None  # "tensor" or "pipeline" when the target is split across ranks
     collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
-    cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/cpu_kernels.py)
+    cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/kernel_dispatch.py)
 
     def collectives_per_round(self) -> int:
         """Collectives in one verify forward and its agreement: tensor parallel sums the attention (or
@@ -113,7 +113,7 @@ def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> Loaded
     else:
         model, tokenizer, config = load_target(target_path)
     head = TargetHead(model)
-    cpu_kernels = tuple(install_cpu_kernels(model, STREAM.device))
+    cpu_kernels = tuple(install_kernels(model, STREAM.device))
     pair = LoadedPair(model, tokenizer, target_path, config, head, ranks=ranks, sharding=sharding,
                       cpu_kernels=cpu_kernels)
     if drafter is not None:

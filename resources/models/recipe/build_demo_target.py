@@ -501,10 +501,10 @@ def main(argv=None) -> None:
         return loss
 
     if args.host_attention:  # the CPU kernels' dispatchers: a forward without a cache takes the host path
-        from engine.models.cpu_kernels import install_cpu_kernels
+        from engine.models.kernel_dispatch import install_kernels
         from kernels.verify_attention import whole_sequences
 
-        install_cpu_kernels(model, mx.cpu)
+        install_kernels(model, mx.cpu)
         step_fn = whole_sequences()(step_fn)
     elif not args.no_compile:
         step_fn = partial(mx.compile, inputs=state, outputs=state)(step_fn)

@@ -1,0 +1,75 @@
+"""Put the project's kernels into a target's model files, by device.
+
+mlx-lm's layers call module-level functions of their own model file (`swiglu` in the MLPs,
+`scaled_dot_product_attention` in the attention layers), so those names are replaced there
+with dispatchers. On the CPU: kernels/cpu_swiglu.py takes float32 blocks of several tokens
+(verifies, prefills) and kernels/verify_attention.py's host path takes float32 verify blocks.
+On a Metal GPU: kernels/verify_attention_metal.py takes half-precision verify blocks whose
+shape passed its one-time check. Everything else, one-token steps included, goes to mlx-lm's
+function unchanged. Every model of those files in this process gets them: outside the cases
+they take they are mlx-lm's own.
+DFLASH_NO_CPU_KERNELS=1 leaves mlx-lm alone on any device (to compare, or if one is ever suspected).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from kernels.cpu_swiglu import swiglu_with_fallback
+from kernels.verify_attention import sdpa_with_fallback
+from kernels.verify_attention_metal import sdpa_with_metal
+
+DISABLE_ENV = "DFLASH_NO_CPU_KERNELS"
+CPU_DISPATCHERS = {"swiglu": swiglu_with_fallback, "scaled_dot_product_attention": sdpa_with_fallback}
+METAL_DISPATCHERS = {"scaled_dot_product_attention": sdpa_with_metal}
+
+
+def dispatchers_for(device: mx.Device) -> dict:
+    """The dispatchers a device gets (none when DFLASH_NO_CPU_KERNELS is set)."""
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return {}
+    if device == mx.cpu:
+        return CPU_DISPATCHERS
+    return METAL_DISPATCHERS if mx.metal.is_available() else {}
+
+
+def kernels_status(device: mx.Device) -> str:
+    """What the dispatchers do on `device`, for doctor."""
+    wanted = dispatchers_for(device)
+    if not wanted:
+        return f"mlx-lm's own ({DISABLE_ENV} is set)" if os.environ.get(DISABLE_ENV, "") not in ("", "0") \
+            else "mlx-lm's own (no kernels for this device)"
+    if device == mx.cpu:
+        return ("verify blocks' attention on the host (NumPy) and a fast-exp SwiGLU for float32 blocks; "
+                "one-token steps mlx-lm's")
+    return "verify blocks' attention in a Metal kernel where its one-time check per shape passed; else mlx-lm's"
+
+
+def install_kernels(model: nn.Module, device: mx.Device) -> list[str]:
+    """Install `device`'s dispatchers in the model files of `model`'s layers (once per file and
+    name), and take out any other; return the names that dispatch, e.g. "mlx_lm.models.qwen3.swiglu"."""
+    wanted = dispatchers_for(device)
+    installed = []
+    for name in sorted({type(m).__module__ for m in model.modules()}):
+        module = sys.modules.get(name)
+        if module is None or not name.startswith("mlx_lm.models."):
+            continue
+        for function in ("swiglu", "scaled_dot_product_attention"):
+            current = getattr(module, function, None)
+            if not callable(current):
+                continue
+            stock = getattr(current, "stock", current)
+            wrap = wanted.get(function)
+            if wrap is None:  # mlx-lm's own again, should an earlier load have installed one
+                setattr(module, function, stock)
+                continue
+            if getattr(current, "wrapped_by", None) is not wrap:
+                dispatcher = wrap(stock)
+                dispatcher.wrapped_by = wrap
+                setattr(module, function, dispatcher)
+            installed.append(f"{name}.{function}")
+    return installed
