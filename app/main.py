@@ -87,7 +87,13 @@ def run_gui(args: argparse.Namespace) -> int:
         window.models.check_now()
     window.show()
     if not screenshot:
-        return app.exec()
+        code = app.exec()
+        if not getattr(window, "worker_stopped", True):
+            # The worker is stuck in work that cannot be interrupted (reading weights): the settings
+            # are saved, so leave now rather than let Qt abort on a running thread or wait on it.
+            logging.getLogger("app").warning("leaving with the worker still running")
+            os._exit(code)
+        return code
     try:
         return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None))
     finally:

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 from app.jobs import ParityDone
 from app.output_view import OutputView
 from app.run_record import RunRecord
-from engine.tools.parity import parity_verdict
+from engine.tools.parity import IDENTICAL, NEAR_TIE, SAMPLES, parity_verdict
 
 
 def differing_tokens(a: list[int], b: list[int]) -> list[int]:
@@ -34,6 +34,15 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
                              temperature, dtype).text
     return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
+
+
+def parity_mark(result: ParityDone, dflash: RunRecord) -> str:
+    """The Parity tab's mark: ✓ identical, ✗ a divergence at a clear margin, ≈ a near-tie flip,
+    and ~ at T > 0, where two samples are compared only in distribution."""
+    temperature, dtype = run_conditions(dflash)
+    kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
+                          temperature, dtype).kind
+    return {IDENTICAL: "✓", NEAR_TIE: "≈", SAMPLES: "~"}.get(kind, "✗")
 
 
 def run_conditions(run: RunRecord) -> tuple[float, str]:

@@ -9,6 +9,8 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.run_record import RunRecord
 
+DEVICE_WIDTH = 220  # px
+
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
 
 
@@ -34,7 +36,12 @@ class StatusLine:
             self.labels[key] = label
 
     def show_device(self, device: str) -> None:
-        self.labels["device"].setText(f"device: {device}")
+        """The device line, cut to a width that leaves the bar's messages room on a laptop screen
+        (a trace's device line names the OS and BLAS); the whole line in its tooltip."""
+        label = self.labels["device"]
+        label.setText(f"device: {device}")
+        label.setToolTip(f"device: {device}")
+        label.setMaximumWidth(DEVICE_WIDTH)
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
                   rounds_run: Optional[RunRecord]) -> None:

@@ -24,7 +24,7 @@ from app.autosave import Autosave
 from app.layout_fit import ColumnLayout, restore_splitters, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
-from app.parity_view import ParityView
+from app.parity_view import ParityView, parity_mark
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
 from app.rounds_view import RoundsView
@@ -225,7 +225,7 @@ class MainWindow(QMainWindow):
 
     def show_parity(self, parity: ParityDone, ar: RunRecord, dflash: RunRecord) -> None:
         self.parity_view.show_result(parity, ar, dflash)
-        self.center_tabs.setTabText(1, f"Parity {'✓' if parity.identical else '✗'}")
+        self.center_tabs.setTabText(1, f"Parity {parity_mark(parity, dflash)}")
 
     def update_status(self) -> None:
         self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)
@@ -360,7 +360,7 @@ class MainWindow(QMainWindow):
         if self.persist:
             self.save_settings()
         self.hide()
-        self.controller.shutdown()
+        self.worker_stopped = self.controller.shutdown()  # False: stuck past its bound (app/main.py exits)
         for box in (self.error_box, getattr(self, "notice_box", None)):
             if box is not None:
                 box.close()

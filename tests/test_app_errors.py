@@ -190,3 +190,21 @@ def test_a_load_that_fails_after_the_check_reads_the_previous_pair_back(qtbot, m
     assert w.loaded is not None and w.loaded.target == str(qwen3_tied_dirs[0])
     assert w.host.worker.pair is not None and w.host.worker.pair_key == (str(qwen3_tied_dirs[0]),
                                                                          str(qwen3_tied_dirs[1]))
+
+
+def test_closing_never_waits_without_a_bound_on_a_stuck_worker(qtbot, make_window, qwen3_tied_dirs,
+                                                              blocking_target_load):
+    """A read of weights cannot be interrupted: closing gives up on the worker after its bound and
+    says so (app/main.py then leaves at once), instead of lingering."""
+    import time
+
+    entered, release = blocking_target_load
+    w = make_window()
+    choose(w, qwen3_tied_dirs)
+    w.start_load()
+    qtbot.waitUntil(entered.is_set, timeout=30_000)
+    t0 = time.perf_counter()
+    assert w.host.shutdown(timeout_s=0.3) is False
+    assert time.perf_counter() - t0 < 5
+    release.set()  # let the worker finish, so the test leaves no running thread behind
+    qtbot.waitUntil(w.host.thread.isFinished, timeout=30_000)

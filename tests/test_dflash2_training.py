@@ -95,5 +95,5 @@ def test_cli_trains_a_dflash2_drafter_that_runs_losslessly(qwen3_tied_dirs, corp
     for prompt in PROMPTS[:3]:
         ids = encode_prompt(pair.tokenizer, prompt, chat=False)
         result = run_parity(pair, ids, GenerationSettings(max_tokens=32, block_size=8))
-        assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
+        assert result.identical or result.margin_at_divergence < result.near_tie, result.to_dict()
     assert TrainSettings().arch == "dflash"  # v1 stays the default

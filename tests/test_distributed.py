@@ -21,7 +21,7 @@ from engine.decode.events import SummaryEvent
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings
 from engine.models.pair import load_pair
-from engine.tools.parity import first_divergence, logit_margin
+from engine.tools.parity import first_divergence, logit_margin, near_tie_threshold
 from engine.tools.trace import read_trace
 from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
 from test_app_common import app_env, make_window  # noqa: F401
@@ -29,7 +29,7 @@ from test_app_common import app_env, make_window  # noqa: F401
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):"
 TOKENS = 24
-NEAR_TIE = 1e-3
+NEAR_TIE = near_tie_threshold("float32")  # the tiny fixtures are float32
 
 
 def _free_port() -> int:

@@ -125,7 +125,7 @@ def test_trained_drafter_partial_accepts_stay_lossless(qwen3_tied_dirs, corpus_d
         rounds = []
         result = run_parity(pair, ids, GenerationSettings(max_tokens=48),
                             on_event=lambda e: rounds.append(e) if e.type == "round" else None)
-        assert result.identical or result.margin_at_divergence < 1e-3, result.to_dict()
+        assert result.identical or result.margin_at_divergence < result.near_tie, result.to_dict()
         partial += sum(0 < r.accepted < len(r.drafted) for r in rounds)
     assert partial > 0  # the test must exercise partial accepts, or it proves nothing
 

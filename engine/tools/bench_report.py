@@ -35,8 +35,9 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     if drafted:
         worst = min(drafted, key=lambda r: r["speedup"])
         below = sum(r["speedup"] < 1.0 for r in drafted)
-        print(f"worst prompt: {worst['speedup']:.2f}x (tau {worst['mean_acceptance_length']:.2f}) "
-              f"{worst['prompt'][:40]!r}; {below} of {len(drafted)} prompts below AR")
+        tau = worst["mean_acceptance_length"]  # None when no round drafted (block size 1, auto gone plain)
+        print(f"worst prompt: {worst['speedup']:.2f}x" + (f" (tau {tau:.2f})" if tau is not None else "")
+              + f" {worst['prompt'][:40]!r}; {below} of {len(drafted)} prompts below AR")
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
