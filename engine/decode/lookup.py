@@ -1,0 +1,205 @@
+"""Context lookup ("prompt lookup", copy drafting): propose what followed the current suffix last time.
+
+When a user has the model edit code they pasted, re-emit a class with a rename or continue a table,
+the next tokens are often a copy of an earlier stretch of the context. `LookupIndex` holds the
+committed tokens (prompt, then each round's committed tokens) and, per n-gram length n in
+min_n..max_n, a dict from each n-gram to the position of the token that followed its latest
+occurrence. Only n-grams that have a following token are indexed, so the n-gram that ends the
+sequence right now is never its own match: looking it up finds its latest *earlier* occurrence.
+
+The latest occurrence is not always the copy being made: re-emitting a function whose body holds
+the same line twice, the second time round the latest occurrence of that line is the first one
+just re-emitted, and its continuation leads back into the function's middle. So the index also
+follows the copy it proposed last: when every token committed since agreed with that copy, the
+copy's next position is a second candidate, and the deeper of the two matches wins (the latest
+n-gram occurrence on a tie).
+
+`extend` costs O(new tokens x n-gram lengths); `propose` one dict lookup per n-gram length, longest
+first, plus at most 2 x `depth_cap` token comparisons to measure how deep the matches run.
+
+A proposal is deterministic (no distribution of its own), so verifying it keeps decoding lossless:
+at T = 0 a draft is accepted while it equals the target's argmax, at T > 0 by speculative sampling
+with q one-hot on the draft. The caller scales how much of the continuation it verifies with
+`draft_length`, and `LookupGate` shortens drafts again when long ones keep missing.
+
+Pure Python, no MLX: it runs once per round beside the drafter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DEPTH_CAP = 64  # match depth is counted up to here: past it the draft length is capped anyway
+LONG_FROM = 8  # a match this deep or deeper earns a long draft
+SHORT_DRAFT = 4  # what a shallower match earns
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """A copied continuation: `tokens` followed the earlier occurrence that starts at `source`.
+
+    `match_depth` is how many tokens ending at the current position equal the tokens ending just
+    before `source` (at most the index's depth cap): how long the copy has already agreed.
+    `ngram` is the longest n-gram length (min_n..max_n) that matches there: min(max_n, match_depth).
+    """
+
+    tokens: list[int]
+    ngram: int
+    match_depth: int
+    source: int  # index in the sequence of the first copied token
+
+
+class LookupIndex:
+    def __init__(self, min_n: int = 2, max_n: int = 5, depth_cap: int = DEPTH_CAP):
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        if depth_cap < max_n:
+            raise ValueError(f"depth_cap ({depth_cap}) must be at least max_n ({max_n})")
+        self.min_n, self.max_n, self.depth_cap = min_n, max_n, depth_cap
+        self._tokens: list[int] = []
+        # _next[n - min_n][ngram] = position of the token after the n-gram's latest occurrence
+        self._next: list[dict[tuple[int, ...], int]] = [{} for _ in range(min_n, max_n + 1)]
+        self._last: Optional[tuple[int, int]] = None  # (end, source) of the match proposed last
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The committed sequence (a copy, O(length): for tests and traces, not for every round)."""
+        return tuple(self._tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append committed tokens and index every n-gram that now has a following token.
+
+        Position e (the token that follows) is indexed once, when the token at e arrives: the
+        n-grams tokens[e - n:e] then map to e, overwriting older occurrences, so each dict keeps
+        the latest one.
+        """
+        seq = self._tokens
+        start = len(seq)
+        seq.extend(int(t) for t in tokens)
+        for e in range(start, len(seq)):
+            for n, after in zip(range(self.min_n, self.max_n + 1), self._next):
+                if e < n:
+                    break
+                after[tuple(seq[e - n:e])] = e
+
+    def propose(self, max_draft: int) -> Optional[LookupMatch]:
+        """The continuation of the deepest of two matches for the end of the sequence: the latest
+        earlier occurrence of the longest n-gram (max_n down to min_n) that ends it, and the copy
+        proposed last, advanced, when the tokens committed since followed it. Up to `max_draft`
+        tokens, fewer where the sequence ends. None when no n-gram of those lengths occurred
+        before, or `max_draft` < 1.
+        """
+        seq = self._tokens
+        end = len(seq)
+        source = self._latest(end) if max_draft >= 1 else None
+        if source is None:
+            self._last = None
+            return None
+        depth = self._depth(source, end)
+        followed = self._followed(end)
+        if followed is not None and followed != source:
+            followed_depth = self._depth(followed, end)
+            if followed_depth > depth:
+                source, depth = followed, followed_depth
+        self._last = (end, source)
+        # the longest n-gram that matches at `source`: depth >= max_n means max_n does
+        return LookupMatch(seq[source:source + max_draft], min(self.max_n, depth), depth, source)
+
+    def _latest(self, end: int) -> Optional[int]:
+        """Where the continuation of the longest n-gram ending at `end` last began, or None."""
+        seq = self._tokens
+        for n in range(min(self.max_n, end), self.min_n - 1, -1):
+            source = self._next[n - self.min_n].get(tuple(seq[end - n:end]))
+            if source is not None:
+                return source
+        return None
+
+    def _followed(self, end: int) -> Optional[int]:
+        """The last proposed copy's position now, if every token committed since agreed with it."""
+        if self._last is None:
+            return None
+        last_end, last_source = self._last
+        gone = end - last_end
+        seq = self._tokens
+        if seq[last_source:last_source + gone] != seq[last_end:end]:
+            return None
+        return last_source + gone
+
+    def _depth(self, source: int, end: int) -> int:
+        """How many tokens before `source` equal those before `end`, up to the depth cap."""
+        seq = self._tokens
+        depth = 0
+        limit = min(self.depth_cap, source)  # source < end, so the earlier occurrence runs out first
+        while depth < limit and seq[source - 1 - depth] == seq[end - 1 - depth]:
+            depth += 1
+        return depth
+
+
+def draft_length(match_depth: int, cap: int, *, short: int = SHORT_DRAFT, long_from: int = LONG_FROM) -> int:
+    """How many copied tokens to verify for a match `match_depth` deep: min(cap, 2 * match_depth) from
+    `long_from` on, min(cap, short) below it.
+
+    Why 2m: copy runs are heavy-tailed (a re-emitted function runs on for a hundred tokens, a
+    coincidental `self.` for none), and a scale-free guess is that a run that has agreed for m
+    tokens lasts k more with probability about m / (m + k). A draft of 2m then has its last
+    position accepted about one time in three and commits about m ln 3 ~ 1.1 m drafts on
+    average: long enough to take a real copy in a few rounds, short enough that a copy breaking
+    early wastes at most a verify of 2m. The factor is the one DS publishes (m >= 8 earns
+    min(32, 2m)). What an extra verify position costs is the cost curve's business: the caller
+    sets `cap` from it.
+    Why a short draft below `long_from`: in code a few agreeing tokens are mostly boilerplate
+    (`    def __init__(self`, `return self.`) that diverges at the next name, so such a match gets
+    a few tokens, enough to win when it is a real copy's first round and cheap when it is not.
+    """
+    if cap < 1:
+        return 0
+    if match_depth >= long_from:
+        return min(cap, 2 * match_depth)
+    return min(cap, short)
+
+
+class LookupGate:
+    """Parks long lookup drafts after repeated poor acceptance and probes again later.
+
+    A long draft (more than `short` tokens) that gets fewer than half its tokens accepted is poor;
+    `poor_limit` poor long drafts in a row park the gate: for the next `park_rounds` rounds,
+    `limit` cuts every lookup draft to `short`. Then the gate lets one long draft through as a
+    probe: accepted at least half, the gate stays open; poor again, it parks at once for another
+    `park_rounds` (no second chance while its last evidence is a failure). Short drafts and
+    rounds with no lookup draft count only toward the parking time.
+
+    The caller calls `record` once per round, with `proposed` = 0 in a round that verified no
+    lookup draft, so the parking time runs in rounds whatever the rounds drafted.
+    """
+
+    def __init__(self, short: int = SHORT_DRAFT, poor_limit: int = 2, park_rounds: int = 8):
+        self.short, self.poor_limit, self.park_rounds = short, poor_limit, park_rounds
+        self.poor_in_row = 0
+        self.parked_for = 0  # rounds left before the next long draft is allowed
+
+    @property
+    def parked(self) -> bool:
+        return self.parked_for > 0
+
+    def limit(self, length: int) -> int:
+        """The draft length to verify this round, given the length `draft_length` chose."""
+        return min(length, self.short) if self.parked else length
+
+    def record(self, proposed: int, accepted: int) -> None:
+        """One round's outcome: `proposed` lookup tokens verified, `accepted` of them accepted."""
+        if self.parked_for > 0:
+            self.parked_for -= 1
+            return
+        if proposed <= self.short:
+            return
+        if 2 * accepted >= proposed:
+            self.poor_in_row = 0
+            return
+        self.poor_in_row += 1
+        if self.poor_in_row >= self.poor_limit:
+            self.parked_for = self.park_rounds
+            self.poor_in_row = self.poor_limit - 1  # after the park, one poor probe parks again
