@@ -55,6 +55,7 @@ class RoundEvent:
     # context positions the drafter attended to this round (its widest layer): the whole context
     # (position) unless a draft window and sink keep less; None when nothing was drafted
     draft_context: Optional[int] = None
+    source: Optional[str] = None  # who proposed the drafts ("drafter", ...); None when nothing was drafted
     unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (older auto traces)
     # per verified draft (engine/decode/why.py): the drafter's and the target's probability of it, the
     # target's top-1 margin, and the rank of the target's choice in the drafter's distribution

@@ -20,8 +20,9 @@ from engine.decode.sampling import Sampler
 class Proposal:
     drafts: mx.array  # (T,)
     logq: Optional[mx.array]  # (T, V) at T > 0
-    logits: mx.array  # (T, V): the drafter's logits (DFlash2: before the selector's rescoring)
+    logits: Optional[mx.array]  # (T, V): the drafter's logits (DFlash2: before the selector's rescoring)
     selection: Any = None  # engine.models.drafter2.Selection for DFlash2
+    source: str = "drafter"  # who proposed the drafts (engine/decode/proposers.py)
 
 
 def propose(drafter, head, hidden: mx.array, anchor: int, sampler: Sampler) -> Proposal:

@@ -1,0 +1,172 @@
+"""Speculative decoding: a proposer drafts, the target verifies, one round at a time.
+
+`SpeculativeDecoder.round()` reads top to bottom as mlx-lm's generate_step does: propose, verify,
+accept, roll back, commit. Who proposes is a proposer (engine/decode/proposers.py: the DFlash
+drafter); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
+acceptance is engine/decode/acceptance.py's; rollback engine/decode/rollback.py's. With
+--block-size auto a controller picks each round's length (engine/decode/verify_length.py) and,
+where drafting does not pay, runs plain steps in pipelined stretches.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator, Optional
+
+import mlx.core as mx
+
+from engine.decode.acceptance import accept
+from engine.decode.cancel import CancelToken
+from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
+from engine.decode.ar_decoder import Decoder
+from engine.decode.events import PLAIN, CalibrationEvent, Event, RoundEvent, TextEvent
+from engine.decode.prefix_cache import PrefixCache
+from engine.decode.proposers import DrafterProposer
+from engine.decode.rollback import make_rollback
+from engine.decode.round_record import RoundRecorder
+from engine.decode.settings import GenerationSettings
+from engine.decode.verify_length import VerifyLengthController
+from engine.models.pair import LoadedPair
+from engine.runtime.distributed import from_root
+from engine.runtime.streams import STREAM
+
+
+class SpeculativeDecoder(Decoder):
+    """Rounds of drafts from a proposer, verified by the target."""
+
+    mode = "dflash"
+
+    def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
+                 cancel: Optional[CancelToken] = None, prefix: Optional[PrefixCache] = None):
+        super().__init__(pair, prompt_ids, settings=settings, cancel=cancel, prefix=prefix)
+        self.proposer = DrafterProposer(pair, settings, self.sampler)
+        self.taps = pair.taps
+        self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
+        self.position = len(self.prompt_ids)  # absolute position of the next anchor
+        self.verify_length = None  # --block-size auto: picks how many positions each round verifies
+        self.recorder = RoundRecorder(on_host=STREAM.device == mx.cpu)
+
+    @property
+    def block(self) -> int:
+        return self.settings.block_size
+
+    def calibrate(self):
+        """--block-size auto: this machine's cost curve (measured once, then cached), with progress
+        events while it is measured; False when Stop ended it (a notice, not an error)."""
+        s = self.settings
+        if not s.auto:
+            return True
+        steps = cost_curve_steps(self.pair, block=self.block, window=s.draft_window, sink=s.draft_sink,
+                                 cancel=self.cancel)
+        try:
+            while True:
+                try:
+                    done, total = next(steps)
+                except StopIteration as stop:
+                    curve, _ = stop.value
+                    break
+                yield CalibrationEvent(done, total)
+        except CalibrationCancelled:
+            return False
+        self.verify_length = VerifyLengthController(curve, self.block)
+        return True
+
+    def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
+        self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)
+        self.proposer.observe(context)
+        anchor, index = int(y.item()), 0
+        while not self.cancel.cancelled:
+            plain = self.verify_length.plain_stretch(self.position) if self.verify_length is not None else 0
+            rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
+            for event in rounds:
+                self.stats.add(event)
+                yield event
+                yield TextEvent(self.out.take_delta(), event.committed, index, event.t)
+                if self.out.stop_reason is not None:
+                    return
+                anchor = event.bonus
+                self.position += event.accepted + 1
+                index += 1
+
+    @property
+    def keeps_taps(self) -> bool:
+        """Whether rounds record the target's taps: the proposer reads them, and a block of one
+        never drafts."""
+        return self.proposer.needs_taps and self.block > 1
+
+    def verify(self, anchor: int, drafts: mx.array) -> mx.array:
+        """The target's logits over [anchor, drafts] (graph only), recording the taps the proposer
+        needs and the tapes a hybrid target's rollback needs."""
+        ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
+        with self.taps.capture(self.keeps_taps), self.rollback.recording():
+            return self.pair.target(ids[None], cache=self.cache)[0]
+
+    def round(self, index: int, anchor: int) -> RoundEvent:
+        """One round: propose, verify, accept, roll back, commit."""
+        length = min(self.block, self.out.remaining)  # a block commits at most `length` tokens
+        verify = length if self.verify_length is None else self.verify_length.choose(length, self.position)
+        rec = self.recorder
+        rec.mark("start")
+        proposal = self.proposer.propose(anchor, verify, self.position)  # queued: the verify is built meanwhile
+        rec.mark("queued")
+        logits = self.verify(anchor, proposal.drafts)
+        result = from_root(accept(self.sampler, logits, proposal.drafts, proposal.logq), self.pair.ranks)
+        tables = rec.queue_tables(proposal, logits)
+        rec.mark("built")
+        mx.eval(proposal.drafts)  # the wait for the drafts is draft time
+        rec.mark("drafted")
+        # after that wait: a pipeline-sharded target evaluates its layers to gather the taps
+        taps = self.taps.concatenated() if self.keeps_taps else None
+        mx.eval(result, taps, tables)
+        accepted, bonus = result.tolist()
+        table_fields = rec.table_fields(proposal, logits, tables)
+        rec.mark("verified")
+
+        self.rollback.after_verify(accepted, verify)
+        self.proposer.observe(taps[:, : accepted + 1] if taps is not None else None)
+        rec.mark("rolled")
+
+        drafted = proposal.drafts.tolist()
+        if self.verify_length is not None:
+            self.verify_length.record(len(drafted), accepted)
+        committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
+        plain = self.verify_length is not None and verify == 1
+        return rec.event(
+            t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
+            drafted=drafted, accepted=accepted, bonus=bonus,
+            bonus_kind=PLAIN if plain else ("bonus" if accepted == len(drafted) else "correction"),
+            committed=committed, generated=len(self.out.tokens), verified=verify,
+            draft_context=self.proposer.context_width() if drafted else None,
+            source=proposal.source if drafted else None)
+
+    def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
+        """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
+        the next forward is queued before this token is read. Taps are kept for the drafter; there
+        is nothing to roll back. The last token is never fed: it is the next round's anchor."""
+        model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
+        n = min(n, self.out.remaining)
+
+        def step(token: mx.array) -> tuple[mx.array, mx.array]:
+            with self.taps.capture():
+                logits = model(token.reshape(1, 1), cache=cache)[0, -1]
+            nxt, taps = from_root(self.sampler.sample(logits), ranks), self.taps.concatenated()
+            mx.async_eval(nxt, taps)
+            return nxt, taps
+
+        queued = step(mx.array(anchor))
+        t0 = time.perf_counter()
+        for i in range(n):
+            token_array, taps = queued
+            queued = step(token_array) if i + 1 < n else None
+            token = int(token_array.item())
+            self.proposer.observe(taps)
+            committed, _ = self.out.add_many([token])
+            self.verify_length.skipped()
+            t1 = time.perf_counter()
+            yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,
+                             bonus=token, bonus_kind=PLAIN, committed=committed, draft_ms=0.0,
+                             verify_ms=round((t1 - t0) * 1000.0, 4), rollback_ms=0.0, t=t1 - self.t_first,
+                             generated=len(self.out.tokens), verified=1)
+            anchor, t0 = token, t1
+            if self.out.stop_reason is not None or self.cancel.cancelled:
+                return
