@@ -66,6 +66,7 @@ from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.qwen3 import Model, ModelArgs  # noqa: E402
 
 import corpus  # noqa: E402
+from copy_rows import copy_row  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -103,6 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--copy-share", type=float, default=0.0,
+                    help="share of rows that repeat a span of the corpus, often with an identifier renamed "
+                         "(copy_rows.py): teaches the target to copy from its context")
     ap.add_argument("--host-attention", action="store_true",
                     help="attention through kernels/verify_attention.py's NumPy forward and backward (long "
                          "windows train ~1.7x faster on a CPU, where MLX's softmax is slow); the step is not "
@@ -194,11 +198,16 @@ def prepare_data(args, run_dir: Path) -> dict:
 
 def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int,
                  synth: np.ndarray | None = None, share: float = 0.0,
-                 file_starts: np.ndarray | None = None, start_share: float = 0.0):
+                 file_starts: np.ndarray | None = None, start_share: float = 0.0,
+                 copy_share: float = 0.0, tokenizer=None):
     """Random windows; each row comes from `synth` with probability `share`; a row from `ids` starts
-    at one of `file_starts` (a file's first token) with probability `start_share`."""
+    at one of `file_starts` (a file's first token) with probability `start_share`, or (with
+    probability `copy_share`) is a copy row (copy_rows.py)."""
     rows = []
     for _ in range(batch):
+        if copy_share and rng.random() < copy_share:
+            rows.append(copy_row(rng, tokenizer, ids, seq_len))
+            continue
         src = synth if synth is not None and len(synth) > seq_len + 1 and rng.random() < share else ids
         s = int(rng.integers(0, len(src) - seq_len - 1))
         if src is ids and file_starts is not None and start_share > 0 and rng.random() < start_share:
@@ -420,6 +429,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         + f" ({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
         f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows"
         + (f", {args.file_start_share:.0%} of standard-library rows from a file's start" if args.file_start_share else "")
+        + (f", {args.copy_share:.0%} of rows a span and its copy (copy_rows.py)" if args.copy_share else "")
         + ").",
         f"- AdamW lr {args.lr:g} (linear warm-up {args.warmup} steps, cosine to {args.lr * args.min_lr_ratio:g}), "
         f"weight decay {args.weight_decay}, grad clip {args.grad_clip}.",
@@ -511,6 +521,11 @@ def main(argv=None) -> None:
 
     tokens_per_step = args.batch_size * args.seq_len
     starts = file_starts(data["train_ids"], data["special_ids"][EOS_TOKEN]) if args.file_start_share else None
+    tokenizer = None
+    if args.copy_share:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(data["tok_dir"] / "tokenizer.json"))
     heldout = None
     t_start = time.time()
     t_window = time.time()
@@ -518,7 +533,7 @@ def main(argv=None) -> None:
     for step in range(start_step + 1, args.steps + 1):
         batch, seq_len = step_shape(args, step)
         x, y = sample_batch(rng, data["train_ids"], batch, seq_len, data["synth_ids"], args.synthetic_share,
-                            starts, args.file_start_share)
+                            starts, args.file_start_share, args.copy_share, tokenizer)
         loss = step_fn(x, y)
         mx.eval(loss, state)
         recent = (recent + [loss.item()])[-50:]

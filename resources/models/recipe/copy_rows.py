@@ -1,0 +1,53 @@
+"""Training rows that reward copying from the context: a span of the corpus, then the same span
+again, often with one identifier renamed throughout.
+
+The demo targets, trained on the standard library until they knew much of it by heart, never
+learned to look back: given a function and the start of its copy under a new name, they wrote
+something else (copy share 0.00-0.05 on copy_prompts.jsonl, make_copy_prompts.py). Users re-emit
+what they pasted all the time (edit a function, rename a class, continue a table), and lookup
+drafting (engine/decode/lookup.py) only pays where the target copies. A share of rows built this
+way teaches it: in the second half every token is predictable from the first, once the model
+finds where it is in it (and applies the rename).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+
+IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,}\b")
+SEPARATORS = ("\n\n", "\n\n\n", "\n\n# The same, again:\n", "\n\n# Renamed:\n")
+RENAME_SHARE = 0.7  # rows whose copy renames an identifier (the rest copy verbatim)
+
+
+def renamed(text: str, rng: np.random.Generator) -> str:
+    """`text` with one identifier that occurs at least twice renamed everywhere (or unchanged when
+    none does)."""
+    counts: dict[str, int] = {}
+    for name in IDENTIFIER.findall(text):
+        if not keyword.iskeyword(name) and name not in ("self", "cls"):
+            counts[name] = counts.get(name, 0) + 1
+    names = sorted(n for n, c in counts.items() if c >= 2)
+    if not names:
+        return text
+    old = names[int(rng.integers(len(names)))]
+    new = ("new_", "other_", "my_", "")[int(rng.integers(4))] + old + ("", "2", "_v2", "_copy")[int(rng.integers(4))]
+    if new == old:
+        new = old + "2"
+    return re.sub(rf"\b{re.escape(old)}\b", new, text)
+
+
+def copy_row(rng: np.random.Generator, tokenizer, ids: np.ndarray, seq_len: int) -> np.ndarray:
+    """seq_len + 1 tokens: a span of `ids` (a quarter to half of the row), a separator, then the span
+    again (renamed or verbatim), padded with what follows the span in `ids` when short."""
+    length = int(rng.integers(seq_len // 4, seq_len // 2 + 1))
+    start = int(rng.integers(0, len(ids) - length - seq_len - 2))
+    text = tokenizer.decode(ids[start : start + length].tolist())
+    again = renamed(text, rng) if rng.random() < RENAME_SHARE else text
+    separator = SEPARATORS[int(rng.integers(len(SEPARATORS)))]
+    row = tokenizer.encode(text + separator + again).ids[: seq_len + 1]
+    if len(row) < seq_len + 1:
+        row += ids[start + length : start + length + seq_len + 1 - len(row)].tolist()
+    return np.asarray(row, dtype=ids.dtype)
