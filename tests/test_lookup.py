@@ -22,7 +22,10 @@ def _reference(seq: list[int], min_n: int, max_n: int, max_draft: int, cap: int)
                 depth = 0
                 while depth < min(cap, source) and seq[source - 1 - depth] == seq[end - 1 - depth]:
                     depth += 1
-                return seq[source:source + max_draft], n, depth, source
+                tokens = seq[source:source + max_draft]
+                while len(tokens) < max_draft:  # past the end the copy repeats itself
+                    tokens.append(tokens[len(tokens) - (end - source)])
+                return tokens, n, depth, source
     return None
 
 
@@ -65,7 +68,8 @@ def test_matches_reference_and_incremental_equals_from_scratch(seed):
         if fresh is None:
             assert got is None
             continue
-        assert got.tokens == seq[got.source:min(i, got.source + max_draft)] and got.source < i
+        period = i - got.source
+        assert got.tokens == [seq[got.source + k % period] for k in range(max_draft)] and got.source < i
         assert got.match_depth == _brute_depth(seq[:i], got.source, cap) >= min_n
         assert got.ngram == min(max_n, got.match_depth)
         assert got.source == fresh.source or got.match_depth > fresh.match_depth
@@ -100,7 +104,7 @@ def test_longest_ngram_wins():
 def test_the_current_suffix_is_never_its_own_match():
     assert _built([5, 6, 7, 8]).propose(4) is None  # every n-gram ending here occurs once: here
     match = _built([1, 2, 1, 2]).propose(4)  # (1, 2) ends the sequence and also ended at 2
-    assert (match.tokens, match.source, match.ngram) == ([1, 2], 2, 2)
+    assert (match.tokens, match.source, match.ngram) == ([1, 2, 1, 2], 2, 2)
 
 
 def test_the_latest_earlier_occurrence_is_preferred():
@@ -108,9 +112,9 @@ def test_the_latest_earlier_occurrence_is_preferred():
     assert (match.tokens, match.source) == ([6, 0, 1], 6)
 
 
-def test_continuation_stops_at_max_draft_and_at_the_end():
+def test_continuation_stops_at_max_draft_and_repeats_past_the_end():
     index = _built([1, 2, 3, 4, 1, 2])
-    assert index.propose(10).tokens == [3, 4, 1, 2]  # runs up to the last committed token, no further
+    assert index.propose(10).tokens == [3, 4, 1, 2, 3, 4, 1, 2, 3, 4]  # the period-4 text goes on repeating
     assert index.propose(2).tokens == [3, 4]
     assert index.propose(0) is None
 
@@ -119,7 +123,7 @@ def test_no_match_is_none():
     assert LookupIndex().propose(8) is None
     assert _built([7]).propose(8) is None
     assert _built([1, 2, 3, 1]).propose(8) is None  # min_n = 2: a repeated single token is no match
-    assert _built([1, 2, 3, 1], min_n=1).propose(8).tokens == [2, 3, 1]
+    assert _built([1, 2, 3, 1], min_n=1).propose(8).tokens == [2, 3, 1, 2, 3, 1, 2, 3]
 
 
 def test_match_depth():

@@ -49,6 +49,11 @@ class Decoder:
     def block(self) -> int:
         return 1
 
+    @property
+    def keeps_taps(self) -> bool:
+        """Whether the run needs the target's taps (a drafter's context): not for AR."""
+        return False
+
     def events(self) -> Iterator[Event]:
         """A StartEvent, the first token from prefill, the decode loop's events, a SummaryEvent."""
         s = self.settings
@@ -88,7 +93,7 @@ class Decoder:
         it; yields a PrefillEvent per chunk, returns (last logits, the prompt's taps) or (None, None)
         when stopped. The taps are recorded when the drafter needs them, or (with a prefix cache)
         whenever the pair has a drafter, for a later DFlash run to reuse."""
-        record = self.block > 1 or (self.prefix is not None and self.pair.taps is not None)
+        record = self.keeps_taps or (self.prefix is not None and self.pair.taps is not None)
         reuse = self.prefix.take(self.pair, self.prompt_ids, record) if self.prefix is not None else None
         if reuse is not None:
             self.cache = reuse.cache
@@ -108,7 +113,7 @@ class Decoder:
                              run.context if run.done else run.taps_so_far(), run.logits if run.done else None)
         if not run.done:
             return None, None
-        return run.logits, run.context if self.block > 1 else None
+        return run.logits, run.context if self.keeps_taps else None
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         """Pipelined like mlx-lm's generate_step: step n+1 is queued before token n is read."""
@@ -145,7 +150,7 @@ class Decoder:
             tok_per_s=round(n / decode_s, 3) if decode_s > 0 else 0.0,
             num_rounds=stats.rounds,
             mean_acceptance_length=stats.tau,
-            acceptance_histogram=stats.histogram_of(block) if self.mode == "dflash" else [],
+            acceptance_histogram=stats.histogram_of(block) if self.mode != "ar" else [],
             per_position_acceptance=(stats.per_position_acceptance + [0.0] * block)[: max(block - 1, 0)],
             mean_draft_ms=stats.mean_draft_ms,
             mean_verify_ms=stats.mean_verify_ms,

@@ -34,7 +34,7 @@ def generate(
     it, and this run's are kept there for the next."""
     settings = settings.resolved(pair)
     check_prompt(pair, list(prompt_ids), settings.max_tokens)
-    cls = SpeculativeDecoder if settings.mode == "dflash" else Decoder
+    cls = Decoder if settings.mode == "ar" else SpeculativeDecoder
     with mx.stream(STREAM):
         decoder = cls(pair, list(prompt_ids), settings=settings, cancel=cancel, prefix=prefix)
         for event in decoder.events():

@@ -42,6 +42,7 @@ class LookupMatch:
     `match_depth` is how many tokens ending at the current position equal the tokens ending just
     before `source` (at most the index's depth cap): how long the copy has already agreed.
     `ngram` is the longest n-gram length (min_n..max_n) that matches there: min(max_n, match_depth).
+    Where the copy would run past the last token, it repeats itself (`continuation`).
     """
 
     tokens: list[int]
@@ -107,7 +108,7 @@ class LookupIndex:
                 source, depth = followed, followed_depth
         self._last = (end, source)
         # the longest n-gram that matches at `source`: depth >= max_n means max_n does
-        return LookupMatch(seq[source:source + max_draft], min(self.max_n, depth), depth, source)
+        return LookupMatch(continuation(seq, source, end, max_draft), min(self.max_n, depth), depth, source)
 
     def _latest(self, end: int) -> Optional[int]:
         """Where the continuation of the longest n-gram ending at `end` last began, or None."""
@@ -137,6 +138,17 @@ class LookupIndex:
         while depth < limit and seq[source - 1 - depth] == seq[end - 1 - depth]:
             depth += 1
         return depth
+
+
+def continuation(seq: list[int], source: int, end: int, max_draft: int) -> list[int]:
+    """Up to `max_draft` tokens from `source`. Where they would run past the end of the sequence, the
+    copy goes on with itself: text that repeats with period end - source (a table's rows, a line
+    written again) repeats further, so a match 2 tokens back still proposes a long draft."""
+    tokens = seq[source:source + max_draft]
+    period = end - source
+    while len(tokens) < max_draft:
+        tokens.append(tokens[len(tokens) - period])
+    return tokens
 
 
 def draft_length(match_depth: int, cap: int, *, short: int = SHORT_DRAFT, long_from: int = LONG_FROM) -> int:

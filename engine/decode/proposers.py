@@ -15,12 +15,18 @@ from typing import Optional
 
 import mlx.core as mx
 
+from engine.decode.lookup import LONG_FROM, LookupGate, LookupIndex, LookupMatch, draft_length
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
-from engine.decode.settings import GenerationSettings
+from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.models.pair import LoadedPair
 
 DRAFTER = "drafter"
+LOOKUP = "lookup"
+
+
+def no_drafts(source: str) -> Proposal:
+    return Proposal(mx.array([], dtype=mx.int32), None, None, source=source)
 
 
 class DrafterProposer:
@@ -34,16 +40,20 @@ class DrafterProposer:
         self.cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
 
-    def observe(self, taps: Optional[mx.array]) -> None:
-        """The target's taps (1, n, k*H) of positions just committed (or of the prompt)."""
+    def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
+        """The target's taps (1, n, k*H) of the positions just committed (or of the prompt)."""
         if taps is not None:
             self.pending.append(taps)
 
-    def propose(self, anchor: int, length: int, position: int) -> Proposal:
+    def record(self, proposal: Proposal, accepted: int) -> None:
+        """How the round went (the drafter learns nothing from it here)."""
+
+    def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         """The block's drafts d1..d_{length-1} (queued, not awaited), (at T > 0) the log-probs they
-        were drawn from, the drafter's logits and (DFlash2) its selector's walk."""
+        were drawn from, the drafter's logits and (DFlash2) its selector's walk. (`room`: tokens the
+        run still wants; the block's length already fits it.)"""
         if length <= 1:
-            return Proposal(mx.array([], dtype=mx.int32), None, None)
+            return no_drafts(self.source)
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
         ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
@@ -56,3 +66,83 @@ class DrafterProposer:
     def context_width(self) -> int:
         """Context positions the drafter attended to in its last draft: its widest layer's cache."""
         return max((c.keys.shape[2] for c in self.cache if c.keys is not None), default=0)
+
+
+class LookupProposer:
+    """Context lookup: the continuation of the latest earlier occurrence of the text just written,
+    as long as the match runs deep (engine/decode/lookup.py). A copy has no distribution of its
+    own: at T > 0 it is verified by speculative sampling with q one-hot on each copied token,
+    which keeps the output distributed as AR's."""
+
+    source = LOOKUP
+    needs_taps = False
+
+    def __init__(self, prompt_ids: list[int], vocab_size: int, sampler: Sampler):
+        self.index = LookupIndex()
+        self.index.extend(list(prompt_ids))
+        self.gate = LookupGate()
+        self.vocab_size, self.sampler = vocab_size, sampler
+
+    def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
+        self.index.extend(list(committed))
+
+    def record(self, proposal: Proposal, accepted: int) -> None:
+        self.gate.record(proposal.drafts.size if proposal.source == LOOKUP else 0, accepted)
+
+    def match(self, limit: int) -> Optional[tuple[LookupMatch, int]]:
+        """The copy a round could verify now and how many of its tokens (at most `limit`: the match
+        depth scales it, the gate may shorten it), or None."""
+        found = self.index.propose(LOOKUP_MAX_DRAFT)
+        if found is None:
+            return None
+        n = min(self.gate.limit(draft_length(found.match_depth, LOOKUP_MAX_DRAFT)), limit, len(found.tokens))
+        return (found, n) if n > 0 else None
+
+    def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
+        """The copied span: as long as the match earns (lookup.draft_length), at most `room` - 1."""
+        found = self.match(room - 1)
+        if found is None:
+            return no_drafts(self.source)
+        match, n = found
+        drafts = mx.array(match.tokens[:n], dtype=mx.int32)
+        logq = None
+        if not self.sampler.s.greedy:  # q is one-hot on each copied token
+            logq = mx.where(mx.arange(self.vocab_size)[None, :] == drafts[:, None], 0.0, -mx.inf)
+        return Proposal(drafts, logq, None, source=self.source)
+
+
+class LookupThenDrafter:
+    """DFlash rounds that verify a copied span instead of the drafter's block where the copy runs
+    deep (at least lookup.LONG_FROM tokens already agree) and long drafts have not kept missing:
+    there a copy is usually right for longer than a block. Both keep their state every round."""
+
+    source = DRAFTER
+    needs_taps = True
+
+    def __init__(self, drafter: DrafterProposer, lookup: LookupProposer):
+        self.drafter, self.lookup = drafter, lookup
+
+    def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
+        self.drafter.observe(committed, taps)
+        self.lookup.observe(committed, taps)
+
+    def record(self, proposal: Proposal, accepted: int) -> None:
+        self.lookup.record(proposal, accepted)
+
+    def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
+        found = self.lookup.match(room - 1)
+        if found is not None and found[0].match_depth >= LONG_FROM:
+            return self.lookup.propose(anchor, length, position, room)
+        return self.drafter.propose(anchor, length, position, room)
+
+    def context_width(self) -> int:
+        return self.drafter.context_width()
+
+
+def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):
+    """The proposer a run's settings ask for."""
+    lookup = LookupProposer(prompt_ids, pair.head.vocab_size, sampler) if settings.lookup else None
+    if settings.mode == "lookup":
+        return lookup
+    drafter = DrafterProposer(pair, settings, sampler)
+    return LookupThenDrafter(drafter, lookup) if lookup is not None else drafter

@@ -12,7 +12,8 @@ from typing import Optional
 
 from engine.errors import SettingsError
 
-MODES = ("dflash", "ar")
+MODES = ("dflash", "ar", "lookup")  # lookup: copies from the context verified, no drafter needed
+LOOKUP_MAX_DRAFT = 32  # the longest copied span a round verifies (past the DFlash block: a copy runs deep)
 ROLLBACK_MODES = ("replay", "rerun")  # hybrid targets: tape replay, or re-run the recurrence
 MAX_BLOCK = 16
 MAX_TOKENS_LIMIT = 1_000_000
@@ -72,6 +73,7 @@ class GenerationSettings:
     auto: bool = False  # --block-size auto: each round verifies as many drafts as pay off (block_size caps it)
     draft_window: int = DRAFT_WINDOW  # drafter context positions kept (0: all); see DRAFT_WINDOW
     draft_sink: int = DRAFT_SINK  # ...plus this many first positions
+    lookup: bool = False  # DFlash rounds verify a copied span of the context instead where one matches deeply
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
@@ -93,7 +95,9 @@ class GenerationSettings:
             raise SettingsError("a draft sink needs a draft window: with the whole context kept there is "
                                 "nothing to keep apart.")
         if self.mode == "ar":
-            return replace(self, block_size=None, auto=False)
+            return replace(self, block_size=None, auto=False, lookup=False)
+        if self.mode == "lookup":  # the copied span's length is the match's: there is no block size
+            return replace(self, block_size=None, auto=False, lookup=True)
         if pair.drafter is None:
             raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
         own = pair.drafter.cfg.block_size

@@ -11,6 +11,7 @@ where drafting does not pay, runs plain steps in pipelined stretches.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Iterator, Optional
 
 import mlx.core as mx
@@ -21,10 +22,10 @@ from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
 from engine.decode.ar_decoder import Decoder
 from engine.decode.events import PLAIN, CalibrationEvent, Event, RoundEvent, TextEvent
 from engine.decode.prefix_cache import PrefixCache
-from engine.decode.proposers import DrafterProposer
+from engine.decode.proposers import DRAFTER, make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
-from engine.decode.settings import GenerationSettings
+from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
 from engine.runtime.distributed import from_root
@@ -34,13 +35,15 @@ from engine.runtime.streams import STREAM
 class SpeculativeDecoder(Decoder):
     """Rounds of drafts from a proposer, verified by the target."""
 
-    mode = "dflash"
+    @property
+    def mode(self) -> str:
+        return self.settings.mode  # "dflash", or "lookup" (no drafter)
 
     def __init__(self, pair: LoadedPair, prompt_ids: list[int], *, settings: GenerationSettings,
                  cancel: Optional[CancelToken] = None, prefix: Optional[PrefixCache] = None):
         super().__init__(pair, prompt_ids, settings=settings, cancel=cancel, prefix=prefix)
-        self.proposer = DrafterProposer(pair, settings, self.sampler)
-        self.taps = pair.taps
+        self.proposer = make_proposer(pair, settings, self.sampler, self.prompt_ids)
+        self.taps = pair.taps  # None without a drafter (lookup mode)
         self.rollback = None  # made after prefill (a hybrid target's layers start recording tapes then)
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
@@ -48,7 +51,7 @@ class SpeculativeDecoder(Decoder):
 
     @property
     def block(self) -> int:
-        return self.settings.block_size
+        return self.settings.block_size or LOOKUP_MAX_DRAFT + 1  # lookup mode: the longest copy it verifies
 
     def calibrate(self):
         """--block-size auto: this machine's cost curve (measured once, then cached), with progress
@@ -73,8 +76,8 @@ class SpeculativeDecoder(Decoder):
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)
-        self.proposer.observe(context)
         anchor, index = int(y.item()), 0
+        self.proposer.observe([anchor], context)  # the first token, sampled from the prompt's prefill
         while not self.cancel.cancelled:
             plain = self.verify_length.plain_stretch(self.position) if self.verify_length is not None else 0
             rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
@@ -98,7 +101,8 @@ class SpeculativeDecoder(Decoder):
         """The target's logits over [anchor, drafts] (graph only), recording the taps the proposer
         needs and the tapes a hybrid target's rollback needs."""
         ids = mx.concatenate([mx.array([anchor], dtype=drafts.dtype), drafts])
-        with self.taps.capture(self.keeps_taps), self.rollback.recording():
+        taps = self.taps.capture(self.keeps_taps) if self.taps is not None else nullcontext()
+        with taps, self.rollback.recording():
             return self.pair.target(ids[None], cache=self.cache)[0]
 
     def round(self, index: int, anchor: int) -> RoundEvent:
@@ -107,7 +111,8 @@ class SpeculativeDecoder(Decoder):
         verify = length if self.verify_length is None else self.verify_length.choose(length, self.position)
         rec = self.recorder
         rec.mark("start")
-        proposal = self.proposer.propose(anchor, verify, self.position)  # queued: the verify is built meanwhile
+        # queued: the verify is built while the drafts compute
+        proposal = self.proposer.propose(anchor, verify, self.position, room=self.out.remaining)
         rec.mark("queued")
         logits = self.verify(anchor, proposal.drafts)
         result = from_root(accept(self.sampler, logits, proposal.drafts, proposal.logq), self.pair.ranks)
@@ -122,21 +127,24 @@ class SpeculativeDecoder(Decoder):
         table_fields = rec.table_fields(proposal, logits, tables)
         rec.mark("verified")
 
-        self.rollback.after_verify(accepted, verify)
-        self.proposer.observe(taps[:, : accepted + 1] if taps is not None else None)
+        drafted = proposal.drafts.tolist()
+        self.rollback.after_verify(accepted, len(drafted) + 1)
+        committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
+        self.proposer.observe(committed, taps[:, : accepted + 1] if taps is not None else None)
+        self.proposer.record(proposal, accepted)
         rec.mark("rolled")
 
-        drafted = proposal.drafts.tolist()
-        if self.verify_length is not None:
+        if self.verify_length is not None and proposal.source == DRAFTER:
             self.verify_length.record(len(drafted), accepted)
-        committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
-        plain = self.verify_length is not None and verify == 1
+        # nothing drafted: a plain step (auto skipped the drafter, lookup found no copy), but a fixed
+        # block of one is a round like any other
+        plain = not drafted and self.settings.block_size != 1
         return rec.event(
             t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
             drafted=drafted, accepted=accepted, bonus=bonus,
             bonus_kind=PLAIN if plain else ("bonus" if accepted == len(drafted) else "correction"),
-            committed=committed, generated=len(self.out.tokens), verified=verify,
-            draft_context=self.proposer.context_width() if drafted else None,
+            committed=committed, generated=len(self.out.tokens), verified=len(drafted) + 1,
+            draft_context=self.proposer.context_width() if drafted and proposal.source == DRAFTER else None,
             source=proposal.source if drafted else None)
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
@@ -159,8 +167,8 @@ class SpeculativeDecoder(Decoder):
             token_array, taps = queued
             queued = step(token_array) if i + 1 < n else None
             token = int(token_array.item())
-            self.proposer.observe(taps)
             committed, _ = self.out.add_many([token])
+            self.proposer.observe(committed, taps)
             self.verify_length.skipped()
             t1 = time.perf_counter()
             yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,

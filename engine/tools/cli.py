@@ -60,6 +60,7 @@ def _settings(args, mode: str):
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
         draft_sink=getattr(args, "draft_sink", DEFAULTS.draft_sink),
+        lookup=getattr(args, "lookup", False),
     )
 
 

@@ -65,6 +65,9 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                    help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
                         f"(default: {DEFAULTS.rollback})")
     _add_draft_context(p)
+    p.add_argument("--lookup", action="store_true",
+                   help="DFlash rounds verify a copied span of the context instead of the drafter's block where "
+                        "the text being written repeats earlier text deeply (--mode lookup: copies alone)")
 
 
 def _add_draft_context(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,119 @@
+"""Context lookup in the round loop: --mode lookup (copies alone, no drafter) and DFlash rounds that
+verify a copy instead of the drafter's block (--lookup). Lossless at T = 0, exact at T > 0."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from engine.decode.events import PLAIN
+from engine.decode.prompts import encode_prompt
+from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings, SamplingSettings
+from engine.errors import SettingsError
+from engine.models.pair import load_pair
+from engine.tools.parity import run_parity
+
+from conftest import PROMPTS
+from helpers import run
+
+
+def test_lookup_mode_needs_no_drafter_and_copies_a_repeating_output(alternating_dirs, oracle_ids):
+    """The alternating oracle writes second, third, second, ...: once the pattern is in the context
+    every copy is right, and a deep match earns drafts past a DFlash block."""
+    pair = load_pair(alternating_dirs[0], None)  # the target alone
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    lookup, rounds = run(pair, ids, mode="lookup", max_tokens=80)
+    assert lookup.token_ids == ar.token_ids and lookup.mode == "lookup"
+    copies = [r for r in rounds if r.source == "lookup"]
+    assert copies and max(len(r.drafted) for r in copies) > 16 and max(r.verified for r in copies) <= LOOKUP_MAX_DRAFT + 1
+    assert all(r.accepted == len(r.drafted) for r in copies)
+    assert all(r.bonus_kind == PLAIN and r.source is None for r in rounds if not r.drafted)  # no copy yet: a step
+    assert lookup.num_rounds == len(copies) and lookup.num_plain_steps == len(rounds) - len(copies)
+    assert all(r.draft_context is None for r in rounds)
+
+
+def test_dflash_rounds_take_a_copy_where_it_runs_deep_and_stay_lossless(alternating_dirs, oracle_ids, qwen3_pair):
+    pair = load_pair(*alternating_dirs)
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    mixed, rounds = run(pair, ids, max_tokens=80, lookup=True)
+    assert mixed.token_ids == ar.token_ids
+    sources = Counter(r.source for r in rounds)
+    assert sources["drafter"] and sources["lookup"]  # the drafter until the copy runs deep, then copies
+    first_copy = next(i for i, r in enumerate(rounds) if r.source == "lookup")
+    assert all(r.source == "lookup" for r in rounds[first_copy:-1])
+    for prompt in PROMPTS:  # a random target: copies only where its own output repeats
+        prompt_ids = encode_prompt(qwen3_pair.tokenizer, prompt + prompt, chat=False)
+        assert run_parity(qwen3_pair, prompt_ids, GenerationSettings(max_tokens=48, lookup=True)).identical
+
+
+def test_lookup_mode_refuses_what_it_cannot_take(qwen3_pair):
+    assert GenerationSettings(mode="lookup", block_size=4, auto=True).resolved(qwen3_pair).block_size is None
+    with pytest.raises(SettingsError, match="mode 'copy'"):
+        GenerationSettings(mode="copy").resolved(qwen3_pair)
+
+
+@pytest.mark.parametrize("mode, extra", [("lookup", {}), ("dflash", {"lookup": True, "block_size": 4})])
+def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra):
+    """A copy has no distribution of its own: verified with q one-hot on it, the first two tokens are
+    distributed as AR's. A random target rarely copies, so every round here is offered a deep
+    'copy' of the greedy continuation (likely tokens, often accepted, sometimes not)."""
+    from engine.decode.lookup import LookupMatch
+    from engine.decode.proposers import LookupProposer
+
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[1], chat=False)
+    greedy, _ = run(qwen3_pair, ids, mode="ar", max_tokens=12)
+
+    def match(self, limit):
+        done = len(self.index) - len(ids)  # tokens generated so far
+        tokens = greedy.token_ids[done:done + 3]
+        return (LookupMatch(tokens, 5, 20, 0), min(limit, len(tokens))) if tokens and limit > 0 else None
+
+    monkeypatch.setattr(LookupProposer, "match", match)
+    samples = {"ar": Counter(), mode: Counter()}
+    copied = accepted = 0
+    for seed in range(300):
+        sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+        ar, _ = run(qwen3_pair, ids, mode="ar", sampling=sampling, max_tokens=3)
+        summary, rounds = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=3, **extra)
+        samples["ar"][tuple(ar.token_ids[:2])] += 1
+        samples[mode][tuple(summary.token_ids[:2])] += 1
+        copies = [r for r in rounds if r.source == "lookup"]
+        copied += bool(copies)
+        accepted += any(r.accepted for r in copies)
+    assert copied == 300 and 20 < accepted < 280  # every run verified a copy; some kept, some not
+    keys = sorted(set(samples["ar"]) | set(samples[mode]))
+    common = [k for k in keys if samples["ar"][k] + samples[mode][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
+    assert len(common) >= 3, samples
+    assert chi2_contingency(np.array(table)).pvalue > 1e-3, samples
+
+
+def test_a_copy_verified_by_speculative_sampling_leaves_the_target_distribution():
+    """The acceptance rule with the lookup proposer's one-hot q: the first committed token is
+    distributed as p whether the copy is accepted (probability p(copy)) or the residual drawn."""
+    import mlx.core as mx
+    from scipy.stats import chisquare
+
+    from engine.decode.acceptance import accept
+    from engine.decode.proposers import LookupProposer
+    from engine.decode.sampling import Sampler
+
+    sampler = Sampler(SamplingSettings(temperature=1.0, seed=11))
+    proposer = LookupProposer([3, 1, 2, 3, 1], vocab_size=4, sampler=sampler)  # (3, 1) seen: copy 2, 3, 1, ...
+    proposal = proposer.propose(anchor=1, length=4, position=5, room=4)
+    assert proposal.drafts.tolist() == [2, 3, 1] and proposal.source == "lookup"
+    p = [0.1, 0.2, 0.3, 0.4]
+    logits = mx.log(mx.array([p] * 4))
+    n, counts, accepted_any = 4000, Counter(), 0
+    for _ in range(n):
+        accepted, nxt = accept(sampler, logits, proposal.drafts, proposal.logq).tolist()
+        counts[2 if accepted else nxt] += 1
+        accepted_any += accepted > 0
+    assert chisquare([counts[i] for i in range(4)], [x * n for x in p]).pvalue > 1e-3, counts
+    assert 0.2 * n < accepted_any < 0.4 * n  # the copy kept with probability p(2) = 0.3
