@@ -141,8 +141,86 @@ class LookupThenDrafter:
 
 def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):
     """The proposer a run's settings ask for."""
+    if settings.mode == "draft-model":
+        from engine.models.draft_model import draft_model_for
+
+        draft = draft_model_for(pair, settings.draft_model)
+        return DraftModelProposer(draft, prompt_ids, settings.num_draft, pair.head.vocab_size, sampler)
     lookup = LookupProposer(prompt_ids, pair.head.vocab_size, sampler) if settings.lookup else None
     if settings.mode == "lookup":
         return lookup
     drafter = DrafterProposer(pair, settings, sampler)
     return LookupThenDrafter(drafter, lookup) if lookup is not None else drafter
+
+
+DRAFT_MODEL = "draft-model"
+
+
+class DraftModelProposer:
+    """Classic draft-model speculation: a small AR model of the target's tokenizer drafts a few tokens
+    one by one (sampled from its own distribution at T > 0, whose log-probs acceptance uses). Its own
+    KV cache follows the committed text: after a round it is trimmed back to the accepted drafts, and
+    a last draft accepted but never fed to it is fed before the next."""
+
+    source = DRAFT_MODEL
+    needs_taps = False
+
+    def __init__(self, draft, prompt_ids: list[int], num_draft: int, vocab_size: int, sampler: Sampler):
+        from mlx_lm.models.cache import make_prompt_cache
+
+        self.model, self.sampler = draft.model, sampler
+        self.cache = make_prompt_cache(draft.model)
+        self.num_draft, self.vocab_size = num_draft, vocab_size
+        self.prompt_ids = list(prompt_ids)
+        self.unfed: list[int] = []  # committed tokens not in its cache yet (the anchor aside)
+        self.fed_drafts = 0  # drafts of the last proposal that went through the model
+
+    def prefill(self, chunk: int = 512) -> None:
+        """The prompt through the draft model (during the run's prefill, as the target's)."""
+        ids = mx.array(self.prompt_ids)
+        for start in range(0, len(self.prompt_ids), chunk):
+            self.model(ids[None, start : start + chunk], cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+
+    def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
+        """A round committed `committed`: the accepted drafts and a bonus (or, first, the prefill's
+        token). Drafts fed but not accepted come out of the cache; the bonus is the next anchor."""
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        accepted = len(committed) - 1
+        if self.fed_drafts > accepted:
+            trim_prompt_cache(self.cache, self.fed_drafts - accepted)
+        elif self.fed_drafts < accepted:  # the last draft was accepted but never fed
+            self.unfed.append(committed[accepted - 1])
+        self.fed_drafts = 0
+
+    def record(self, proposal: Proposal, accepted: int) -> None:
+        """How the round went (nothing to learn here)."""
+
+    def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
+        n = min(self.num_draft, length - 1)
+        if n < 1:
+            return no_drafts(self.source)
+        feed = mx.array(self.unfed + [anchor])[None]
+        self.unfed = []
+        drafts, logq = [], []
+        for i in range(n):
+            logits = self.model(feed, cache=self.cache)[0, -1]
+            token, lq = self.sampler.draft(logits[None, : self.vocab_size])
+            drafts.append(token[0])
+            if lq is not None:
+                logq.append(lq[0])
+            if i + 1 < n:
+                feed = token[None]
+        self.fed_drafts = n - 1  # the anchor and drafts 1..n-1 went through the model; draft n did not
+        tokens = mx.stack(drafts).astype(mx.int32)
+        q = None
+        if logq:
+            q = mx.stack(logq)
+            if q.shape[-1] < self.vocab_size:  # a smaller vocabulary: the target's extra ids get no mass
+                q = mx.concatenate([q, mx.full((n, self.vocab_size - q.shape[-1]), -mx.inf)], axis=-1)
+        mx.async_eval(tokens, *([q] if q is not None else []))
+        return Proposal(tokens, q, None, source=self.source)
+
+    def context_width(self) -> int:
+        return 0

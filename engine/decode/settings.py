@@ -12,7 +12,10 @@ from typing import Optional
 
 from engine.errors import SettingsError
 
-MODES = ("dflash", "ar", "lookup")  # lookup: copies from the context verified, no drafter needed
+# lookup: copies from the context verified, no drafter needed; draft-model: a small AR model drafts
+MODES = ("dflash", "ar", "lookup", "draft-model")
+NUM_DRAFT = 3  # tokens a draft model drafts a round, as mlx-lm's command line
+MAX_NUM_DRAFT = 32
 LOOKUP_MAX_DRAFT = 32  # the longest copied span a round verifies (past the DFlash block: a copy runs deep)
 ROLLBACK_MODES = ("replay", "rerun")  # hybrid targets: tape replay, or re-run the recurrence
 MAX_BLOCK = 16
@@ -74,6 +77,8 @@ class GenerationSettings:
     draft_window: int = DRAFT_WINDOW  # drafter context positions kept (0: all); see DRAFT_WINDOW
     draft_sink: int = DRAFT_SINK  # ...plus this many first positions
     lookup: bool = False  # DFlash rounds verify a copied span of the context instead where one matches deeply
+    draft_model: Optional[str] = None  # draft-model mode: the small AR model (folder or Hugging Face id)
+    num_draft: int = NUM_DRAFT
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
@@ -98,6 +103,13 @@ class GenerationSettings:
             return replace(self, block_size=None, auto=False, lookup=False)
         if self.mode == "lookup":  # the copied span's length is the match's: there is no block size
             return replace(self, block_size=None, auto=False, lookup=True)
+        if self.mode == "draft-model":
+            if not self.draft_model:
+                raise SettingsError("draft-model mode needs a draft model: give --draft-model (a small model "
+                                    "with the target's tokenizer).")
+            if not 1 <= self.num_draft <= MAX_NUM_DRAFT:
+                raise SettingsError(f"num draft {self.num_draft} is outside 1..{MAX_NUM_DRAFT}.")
+            return replace(self, block_size=self.num_draft + 1, auto=False)
         if pair.drafter is None:
             raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
         own = pair.drafter.cfg.block_size

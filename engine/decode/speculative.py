@@ -74,6 +74,13 @@ class SpeculativeDecoder(Decoder):
         self.verify_length = VerifyLengthController(curve, self.block)
         return True
 
+    def prefill(self):
+        """The prompt into the target's caches, and into the proposer's own model when it has one."""
+        warm = getattr(self.proposer, "prefill", None)
+        if warm is not None:
+            warm()
+        return (yield from super().prefill())
+
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)
         anchor, index = int(y.item()), 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,6 +37,7 @@ class LoadedPair:
     sharding: Optional[str] = None  # "tensor" or "pipeline" when the target is split across ranks
     collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
     cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/kernel_dispatch.py)
+    draft_models: dict[str, Any] = field(default_factory=dict)  # path -> engine.models.draft_model.DraftModel
 
     def collectives_per_round(self) -> int:
         """Collectives in one verify forward and its agreement: tensor parallel sums the attention (or

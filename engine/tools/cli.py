@@ -61,6 +61,8 @@ def _settings(args, mode: str):
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
         draft_sink=getattr(args, "draft_sink", DEFAULTS.draft_sink),
         lookup=getattr(args, "lookup", False),
+        draft_model=getattr(args, "draft_model", None),
+        num_draft=getattr(args, "num_draft", DEFAULTS.num_draft),
     )
 
 

@@ -65,6 +65,11 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                    help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
                         f"(default: {DEFAULTS.rollback})")
     _add_draft_context(p)
+    p.add_argument("--draft-model", metavar="M",
+                   help="--mode draft-model: a small autoregressive model with the target's tokenizer (folder or "
+                        "Hugging Face id) that drafts --num-draft tokens a round")
+    p.add_argument("--num-draft", type=int, default=DEFAULTS.num_draft,
+                   help=f"tokens the draft model drafts a round (default {DEFAULTS.num_draft})")
     p.add_argument("--lookup", action="store_true",
                    help="DFlash rounds verify a copied span of the context instead of the drafter's block where "
                         "the text being written repeats earlier text deeply (--mode lookup: copies alone)")

@@ -1,0 +1,102 @@
+"""Draft-model speculation (--mode draft-model): a small AR model of the target's tokenizer drafts,
+the target verifies; its cache follows the committed text; lossless at T = 0, exact at T > 0."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from app.cli import main as cli
+from engine.decode.prompts import encode_prompt
+from engine.decode.proposers import DraftModelProposer
+from engine.decode.settings import GenerationSettings, SamplingSettings
+from engine.errors import IncompatiblePairError, SettingsError
+from fixtures import tiny_models as tm
+
+from conftest import PROMPTS
+from helpers import run
+
+
+@pytest.fixture(scope="module")
+def other_target(models_root, tokenizer_dir):
+    """Another tiny target with the same tokenizer: a draft model that is often wrong."""
+    path = models_root / "draft-model-other"
+    if not path.exists():
+        tm.write_target(path, tokenizer_dir, seed=77)
+    return path
+
+
+def test_the_target_as_its_own_draft_model_is_accepted_whole_even_after_rejections(qwen3_pair, qwen3_tied_dirs,
+                                                                                 monkeypatch):
+    """A draft model that is the target drafts what the target writes, so a round accepts every draft
+    up to one we spoil on purpose: any slip in the draft model's cache after a rejection would show."""
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[0], chat=False)
+    rng = random.Random(3)
+    spoiled: list[int] = []
+    real = DraftModelProposer.propose
+
+    def spoil_one(self, anchor, length, position, room):
+        proposal = real(self, anchor, length, position, room)
+        drafts = proposal.drafts.tolist()
+        k = rng.randrange(len(drafts) + 1) if drafts else 0  # len(drafts): none spoiled this round
+        spoiled.append(k)
+        if k < len(drafts):
+            drafts[k] = (drafts[k] + 1) % qwen3_pair.head.vocab_size
+            proposal.drafts = mx.array(drafts, dtype=mx.int32)
+        return proposal
+
+    monkeypatch.setattr(DraftModelProposer, "propose", spoil_one)
+    ar, _ = run(qwen3_pair, ids, mode="ar", max_tokens=60)
+    df, rounds = run(qwen3_pair, ids, mode="draft-model", draft_model=str(qwen3_tied_dirs[0]), num_draft=4,
+                     max_tokens=60)
+    assert df.token_ids == ar.token_ids and df.mode == "draft-model"
+    assert rounds and all(r.source == "draft-model" for r in rounds if r.drafted)
+    assert [r.accepted for r in rounds if r.drafted] == [k for k, r in zip(spoiled, rounds) if r.drafted]
+
+
+def test_a_draft_model_that_is_often_wrong_stays_lossless(qwen3_pair, other_target):
+    for prompt in PROMPTS:
+        ids = encode_prompt(qwen3_pair.tokenizer, prompt, chat=False)
+        ar, _ = run(qwen3_pair, ids, mode="ar", max_tokens=40)
+        df, rounds = run(qwen3_pair, ids, mode="draft-model", draft_model=str(other_target), num_draft=3,
+                         max_tokens=40)
+        assert df.token_ids == ar.token_ids
+        assert any(r.accepted < len(r.drafted) for r in rounds)
+
+
+def test_sampling_with_a_draft_model_is_exact(qwen3_pair, other_target):
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
+    samples = {"ar": Counter(), "draft-model": Counter()}
+    for seed in range(300):
+        sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+        for mode in samples:
+            extra = {"draft_model": str(other_target), "num_draft": 2} if mode != "ar" else {}
+            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=3, **extra)
+            samples[mode][tuple(summary.token_ids[:2])] += 1
+    keys = sorted(set(samples["ar"]) | set(samples["draft-model"]))
+    common = [k for k in keys if samples["ar"][k] + samples["draft-model"][k] >= 10]
+    rare = [k for k in keys if k not in common]
+    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
+    assert len(common) >= 3, samples
+    assert chi2_contingency(np.array(table)).pvalue > 1e-3, samples
+
+
+def test_what_draft_model_mode_refuses(qwen3_pair, oracle_dirs, tmp_path, capsys):
+    with pytest.raises(SettingsError, match="needs a draft model"):
+        GenerationSettings(mode="draft-model").resolved(qwen3_pair)
+    with pytest.raises(SettingsError, match="num draft 0"):
+        GenerationSettings(mode="draft-model", draft_model="x", num_draft=0).resolved(qwen3_pair)
+    other_tokenizer = tmp_path / "other-tok"
+    tm.write_tokenizer(other_tokenizer, vocab_size=300)
+    stranger = tmp_path / "stranger"
+    tm.write_target(stranger, other_tokenizer, seed=5)
+    with pytest.raises(IncompatiblePairError, match="tokenizer"):
+        run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(stranger), max_tokens=4)
+    code = cli(["generate", "--target", str(oracle_dirs[0]), "--prompt", "hi", "--raw", "--mode", "draft-model",
+                "--max-tokens", "4"])
+    assert code == 2 and "needs a draft model" in capsys.readouterr().err
