@@ -219,3 +219,34 @@ def test_a_drafter_above_the_limit_runs_at_its_own_block(block32_dirs, capsys):
     assert cli(["generate", *pair_args(block32_dirs), "--prompt", "x", "--block-size", "32"]) == 2
     err = capsys.readouterr().err
     assert f"outside 1..{MAX_BLOCK}" in err and "leave it unset" in err and err.count("\n") == 1
+
+
+def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, capsys):
+    """bench --methods: AR once per prompt and every other method after it, one process; per method a
+    speedup, tau, an identical-to-AR verdict and per-prompt rows; mlx-lm's speculative loop timed."""
+    import json
+
+    from app.cli import main
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "import json\\n\\nclass Decoder:\\n"}\n{"prompt": "x = [1, 2, 3]\\ny = [1, 2, 3]\\n"}\n')
+    t, d = qwen3_tied_dirs
+    args = ["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts), "--max-tokens", "12", "--raw",
+            "--methods", "dflash,lookup,dflash+lookup,draft-model,dflash-auto", "--draft-model", str(t),
+            "--num-draft", "2", "--with-mlx-lm"]
+    assert main(args + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(result["methods"]) == ["ar", "dflash", "lookup", "dflash+lookup", "draft-model", "dflash-auto"]
+    for name, m in result["methods"].items():
+        assert {"speedup", "mean_acceptance_length", "identical", "per_prompt"} <= set(m)
+        assert len(m["per_prompt"]) == 2 and m["ar_tokens"] == result["methods"]["ar"]["ar_tokens"]
+        assert m["identical"] is True, name
+    assert result["mlx_lm_speculative_tok_s"] > 0 and result["draft_model_vs_mlx_lm"] > 0
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
+    assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
+    assert "unknown method(s) warp" in capsys.readouterr().err
+    assert main(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts),
+                 "--methods", "draft-model"]) == 2
+    assert "needs --draft-model" in capsys.readouterr().err

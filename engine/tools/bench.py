@@ -85,7 +85,7 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     return float(last.generation_tps)
 
 
-def _figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
+def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     stats = RoundStats.of(rounds)
     return {
@@ -155,7 +155,7 @@ def run_bench(
                 other_rounds += rs
             if with_mlx_lm:
                 reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
-        row = {"prompt": text, "prompt_tokens": len(ids), **_figures(ar_runs, df_runs, rounds)}
+        row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds)}
         if with_mlx_lm:
             # Medians over repeats; the ratio says whether our AR baseline is as fast as mlx-lm's.
             row["mlx_lm_tok_s"] = round(statistics.median(reference), 3)
@@ -164,19 +164,19 @@ def run_bench(
         per_prompt.append(row)
         for c, (summaries, other_rounds) in zip(compared, other_runs):
             c["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
-                                    **_figures(ar_runs, summaries, other_rounds)})
+                                    **figures(ar_runs, summaries, other_rounds)})
             c["df"] += summaries
             c["rounds"] += other_rounds
         all_ar += ar_runs
         all_df += df_runs
         all_rounds += rounds
-    overall = _figures(all_ar, all_df, all_rounds)
+    overall = figures(all_ar, all_df, all_rounds)
     if with_mlx_lm:
         overall["ar_vs_mlx_lm"] = round(statistics.median(ratios), 4)
     if others:  # the same AR runs against each other drafter
         overall["compared"] = [
             {"drafter": str(o.drafter_path), **o.drafter.cfg.generation_facts(),
-             **_figures(all_ar, c["df"], c["rounds"]), "per_prompt": c["per_prompt"]}
+             **figures(all_ar, c["df"], c["rounds"]), "per_prompt": c["per_prompt"]}
             for o, c in zip(others, compared)]
         overall["drafter"] = str(pair.drafter_path)
         overall.update(pair.drafter.cfg.generation_facts())

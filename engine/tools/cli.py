@@ -173,7 +173,11 @@ def cmd_bench(args) -> int:
     from engine.decode.prompts import encode_prompt
 
     texts = load_prompts(args.prompts)
-    sizes = None
+    sizes = methods = None
+    if args.methods:
+        from engine.tools.race import parse_methods
+
+        methods = parse_methods(args.methods)  # before loading: a typo costs nothing
     if args.block_sizes:
         from engine.tools.bench_sizes import parse_sizes
 
@@ -183,6 +187,8 @@ def cmd_bench(args) -> int:
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if sizes:
         return _bench_sizes(args, pair, prompts, sizes, progress)
+    if methods:
+        return _race(args, pair, prompts, methods, progress)
     others = []
     if args.compare_drafter:
         from engine.models.pair import attach_drafter
@@ -194,6 +200,18 @@ def cmd_bench(args) -> int:
         print(json.dumps(result))
     else:
         print_bench(result, with_mlx_lm=args.with_mlx_lm, greedy=args.temperature == 0)
+    return 0
+
+
+def _race(args, pair, prompts, methods, progress) -> int:
+    from engine.tools.race import print_race, run_race
+
+    result = run_race(pair, prompts, _settings(args, "dflash"), methods, args.repeats, progress,
+                      with_mlx_lm=args.with_mlx_lm)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_race(result)
     return 0
 
 

@@ -118,6 +118,10 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
                         "e.g. a DFlash2 drafter beside a v1 one; may be given more than once")
     b.add_argument("--block-sizes", metavar="LIST", help="e.g. 2,4,8,16,auto: measure each block size on every "
                    "prompt, beside the advisor's prediction for it")
+    b.add_argument("--methods", metavar="LIST",
+                   help="race the ways to speed up this target on every prompt: ar,dflash,dflash-auto,lookup,"
+                        "dflash+lookup,draft-model (draft-model needs --draft-model; --with-mlx-lm then also times "
+                        "mlx-lm's speculative generation with it)")
 
     d = sub.add_parser("doctor", help="can this drafter run with this target?")
     _add_model_args(d)

@@ -1,0 +1,149 @@
+"""The race: every way to speed up the same target, on every prompt, in one process.
+
+`bench --methods ar,dflash,dflash-auto,lookup,dflash+lookup,draft-model`: per prompt AR runs once
+and every other method after it (each repeat in that order), with the same sampling settings; per
+method and prompt the tok/s, speedup against those AR runs, tau and whether the greedy output is
+AR's. With `with_mlx_lm`, mlx-lm's own speculative generation with the same draft model and draft
+count runs too, as a reference for our draft-model loop (the process's kernels are installed in the
+model files for both: the comparison is of the loops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional
+
+from engine.decode.cancel import CancelToken
+from engine.decode.settings import GenerationSettings
+from engine.errors import DFlashError
+from engine.models.pair import LoadedPair
+from engine.runtime import blas
+from engine.tools.bench import figures, check_prompts, run_once, warm_up
+
+METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
+
+
+def parse_methods(text: str) -> list[str]:
+    """'ar,dflash,...' -> the methods, AR always first; a clear line for a typo."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise DFlashError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}.")
+    return ["ar"] + [m for m in dict.fromkeys(names) if m != "ar"]
+
+
+def method_settings(settings: GenerationSettings, method: str) -> GenerationSettings:
+    """A method's settings from the run's (sampling, max tokens, window and the draft model shared)."""
+    base = replace(settings, lookup=False, auto=False)
+    return {
+        "ar": replace(base, mode="ar"),
+        "dflash": replace(base, mode="dflash"),
+        "dflash-auto": replace(base, mode="dflash", auto=True),
+        "lookup": replace(base, mode="lookup"),
+        "dflash+lookup": replace(base, mode="dflash", lookup=True),
+        "draft-model": replace(base, mode="draft-model"),
+    }[method]
+
+
+def mlx_lm_speculative_tok_s(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> float:
+    """mlx-lm's own speculative generation (greedy) with the same draft model and draft count."""
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+
+    from engine.models.draft_model import draft_model_for
+    from engine.runtime.streams import STREAM
+
+    draft = draft_model_for(pair, settings.draft_model)
+    if pair.taps is not None:
+        pair.taps.recording = False
+    last = None
+    with mx.stream(STREAM):
+        for last in stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=settings.max_tokens,
+                                    draft_model=draft.model, num_draft_tokens=settings.num_draft):
+            pass
+    return float(last.generation_tps)
+
+
+def run_race(
+    pair: LoadedPair,
+    prompts: list[tuple[str, list[int]]],
+    settings: GenerationSettings,
+    methods: list[str],
+    repeats: int = 1,
+    progress: Callable[[str], None] = lambda msg: None,
+    cancel: Optional[CancelToken] = None,
+    with_mlx_lm: bool = False,
+) -> dict:
+    if repeats < 1:
+        raise DFlashError(f"repeats {repeats} must be at least 1.")
+    if "draft-model" in methods and not settings.draft_model:
+        raise DFlashError("the draft-model method needs --draft-model (a small model with the target's tokenizer).")
+    if with_mlx_lm and not settings.draft_model:
+        raise DFlashError("--with-mlx-lm races mlx-lm's speculative generation: it needs --draft-model too.")
+    per_method = {m: method_settings(settings, m) for m in methods}
+    for s in per_method.values():  # every method checked before anything is measured
+        s.resolved(pair)
+    check_prompts(pair, prompts, settings.max_tokens)
+    progress("warm-up")
+    all_ids = [ids for _, ids in prompts]
+    for m in methods[1:]:
+        warm_up(pair, all_ids, per_method["ar"], per_method[m], cancel)
+    runs = {m: {"summaries": [], "rounds": [], "per_prompt": []} for m in methods}
+    reference: list[float] = []
+    for n, (text, ids) in enumerate(prompts, 1):
+        mine = {m: ([], []) for m in methods}
+        for r in range(repeats):
+            progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
+            for m in methods:
+                summary, rounds, _ = run_once(pair, ids, per_method[m], cancel)
+                mine[m][0].append(summary)
+                mine[m][1].extend(rounds)
+            if with_mlx_lm:
+                reference.append(mlx_lm_speculative_tok_s(pair, ids, settings))
+        ar_runs = mine["ar"][0]
+        for m in methods:
+            summaries, rounds = mine[m]
+            runs[m]["summaries"] += summaries
+            runs[m]["rounds"] += rounds
+            runs[m]["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
+                                          **figures(ar_runs, summaries, rounds)})
+    ar_all = runs["ar"]["summaries"]
+    result = {
+        "methods": {m: {**figures(ar_all, r["summaries"], r["rounds"]), "per_prompt": r["per_prompt"]}
+                    for m, r in runs.items()},
+        "prompts": len(prompts), "repeats": repeats, "max_tokens": settings.max_tokens,
+        "temperature": settings.sampling.temperature, "blas": blas.status,
+        "draft_model": settings.draft_model, "num_draft": settings.num_draft,
+    }
+    if with_mlx_lm:
+        total = sum(s.num_generated for s in runs["draft-model"]["summaries"]) if "draft-model" in runs else 0
+        ours = result["methods"].get("draft-model", {}).get("dflash_tok_s")
+        result["mlx_lm_speculative_tok_s"] = round(sum(reference) / len(reference), 3)
+        result["draft_model_vs_mlx_lm"] = round(ours / result["mlx_lm_speculative_tok_s"], 4) if ours and total else None
+    return result
+
+
+def print_race(result: dict) -> None:
+    """Per prompt and overall: each method's speedup against AR (tau), and whether it was AR's output."""
+    methods = list(result["methods"])
+    print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(m.rjust(20) for m in methods[1:]))
+    rows = zip(*[result["methods"][m]["per_prompt"] for m in methods])
+    for cells in list(rows) + [[result["methods"][m] for m in methods]]:
+        label = cells[0].get("prompt", "OVERALL").replace("\n", "\\n")[:30]
+        ar = cells[0]["ar_tok_s"]
+        figures = "".join(
+            (f"{c['speedup']:.2f}x" + (f" ({c['mean_acceptance_length']:.2f})" if c["mean_acceptance_length"] else "")
+             if c["speedup"] is not None else "-").rjust(20) for c in cells[1:])
+        print(label.ljust(32) + f"{ar:10.1f}" + figures)
+    print("overall tok/s: " + ", ".join(f"{m} {result['methods'][m]['dflash_tok_s']:.1f}" for m in methods[1:])
+          + f" (AR {result['methods']['ar']['ar_tok_s']:.1f})")
+    print("identical to AR: " + ", ".join(f"{m} {result['methods'][m]['identical']}" for m in methods[1:]))
+    for m in methods[1:]:
+        drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
+        if drafted:
+            worst = min(drafted, key=lambda r: r["speedup"])
+            print(f"worst prompt for {m}: {worst['speedup']:.2f}x {worst['prompt'][:40]!r}")
+    if "mlx_lm_speculative_tok_s" in result:
+        ratio = result["draft_model_vs_mlx_lm"]
+        print(f"mlx-lm speculative generation with the same draft model: {result['mlx_lm_speculative_tok_s']:.1f} tok/s"
+              + (f"; our draft-model mode {ratio:.2f}x of it" if ratio else ""))
