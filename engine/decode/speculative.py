@@ -143,9 +143,9 @@ class SpeculativeDecoder(Decoder):
 
         if self.verify_length is not None and proposal.source == DRAFTER:
             self.verify_length.record(len(drafted), accepted)
-        # nothing drafted: a plain step (auto skipped the drafter, lookup found no copy), but a fixed
-        # block of one is a round like any other
-        plain = not drafted and self.settings.block_size != 1
+        # nothing drafted where the round could have: a plain step (auto skipped the drafter, lookup
+        # found no copy); a block of one (fixed, or the run's last token) is a round like any other
+        plain = not drafted and length > 1
         return rec.event(
             t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
             drafted=drafted, accepted=accepted, bonus=bonus,
