@@ -11,7 +11,7 @@ from collections import Counter
 import mlx.core as mx
 import numpy as np
 import pytest
-from scipy.stats import chi2_contingency, chisquare
+from scipy.stats import chisquare
 
 from app.cli import main as cli
 from engine.decode.acceptance import accept
@@ -28,7 +28,7 @@ from engine.tools.trace import read_trace
 from conftest import PROMPTS
 from fixtures.tiny_dflash2 import write_bigram_drafter, write_dflash2_drafter
 from fixtures.tiny_hybrid import write_hybrid_target
-from helpers import run
+from helpers import assert_same_distribution, run
 from test_doctor import edit_config
 
 ALPHA = 1e-3
@@ -283,13 +283,8 @@ def test_dflash2_and_ar_sample_the_same_distribution(qwen3_untied_dirs, tmp_path
                                   sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
             samples[mode][tuple(summary.token_ids)] += 1
             accepted += sum(r.accepted for r in rounds)
-    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
-    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
-    rare = [k for k in keys if k not in common]
-    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else [])
-             for m in ("ar", "dflash")]
-    assert len(common) >= 3 and accepted > 0, samples
-    assert chi2_contingency(table).pvalue > ALPHA, samples
+    assert accepted > 0, samples  # drafts were accepted, not only resampled
+    assert_same_distribution(samples, ALPHA)
 
 
 def test_trace_round_trip_keeps_the_selector(dflash2_dirs, tmp_path, capsys):

@@ -7,9 +7,7 @@ import random
 from collections import Counter
 
 import mlx.core as mx
-import numpy as np
 import pytest
-from scipy.stats import chi2_contingency
 
 from app.cli import main as cli
 from engine.decode.prompts import encode_prompt
@@ -19,7 +17,7 @@ from engine.errors import IncompatiblePairError, SettingsError
 from fixtures import tiny_models as tm
 
 from conftest import PROMPTS
-from helpers import run
+from helpers import assert_same_distribution, run
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +76,7 @@ def test_sampling_with_a_draft_model_is_exact(qwen3_pair, other_target):
             extra = {"draft_model": str(other_target), "num_draft": 2} if mode != "ar" else {}
             summary, _ = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=3, **extra)
             samples[mode][tuple(summary.token_ids[:2])] += 1
-    keys = sorted(set(samples["ar"]) | set(samples["draft-model"]))
-    common = [k for k in keys if samples["ar"][k] + samples["draft-model"][k] >= 10]
-    rare = [k for k in keys if k not in common]
-    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
-    assert len(common) >= 3, samples
-    assert chi2_contingency(np.array(table)).pvalue > 1e-3, samples
+    assert_same_distribution(samples)
 
 
 def test_what_draft_model_mode_refuses(qwen3_pair, oracle_dirs, tmp_path, capsys):

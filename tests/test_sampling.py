@@ -4,7 +4,7 @@ from collections import Counter
 
 import mlx.core as mx
 import pytest
-from scipy.stats import chi2_contingency, chisquare
+from scipy.stats import chisquare
 
 from engine.errors import SettingsError
 from engine.decode.prompts import encode_prompt
@@ -13,7 +13,7 @@ from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 
 from conftest import PROMPTS
-from helpers import run
+from helpers import assert_same_distribution, run
 
 ALPHA = 1e-3  # false-alarm rate of each statistical test
 
@@ -66,14 +66,7 @@ def test_dflash_and_ar_sample_the_same_distribution(qwen3_pair):
                 temperature=settings["temperature"], top_k=settings["top_k"], seed=seed),
                 max_tokens=settings["max_tokens"], block_size=settings["block_size"] if mode == "dflash" else None)
             samples[mode][tuple(summary.token_ids)] += 1
-    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
-    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
-    rare = [k for k in keys if k not in common]
-    table = [[samples[m][k] for k in common] + [sum(samples[m][k] for k in rare)] for m in ("ar", "dflash")]
-    if not rare:
-        table = [row[:-1] for row in table]
-    assert len(common) >= 3, samples  # the test must see a real distribution, not one outcome
-    assert chi2_contingency(table).pvalue > ALPHA, samples
+    assert_same_distribution(samples, ALPHA)
 
 
 @pytest.mark.parametrize(

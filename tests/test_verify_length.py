@@ -6,7 +6,6 @@ import itertools
 from collections import Counter
 
 import pytest
-from scipy.stats import chi2_contingency
 
 from engine.decode.cost_curve import CostCurve, fitted
 from engine.decode.prompts import encode_prompt
@@ -15,7 +14,7 @@ from engine.decode.events import PLAIN
 from engine.decode.verify_length import PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
 from conftest import PROMPTS
-from helpers import run
+from helpers import assert_same_distribution, run
 
 ALPHA = 0.001
 
@@ -179,12 +178,7 @@ def _assert_same_joint_distribution(pair) -> None:
                              block_size=4 if mode == "dflash" else None,
                              sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
             samples[mode][tuple(summary.token_ids)] += 1
-    keys = sorted(set(samples["ar"]) | set(samples["dflash"]))
-    common = [k for k in keys if samples["ar"][k] + samples["dflash"][k] >= 10]
-    rare = [k for k in keys if k not in common]
-    table = [[samples[m][k] for k in common] + ([sum(samples[m][k] for k in rare)] if rare else []) for m in samples]
-    assert len(common) >= 3, samples
-    assert chi2_contingency(table).pvalue > ALPHA, samples
+    assert_same_distribution(samples)
 
 
 def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_length):
