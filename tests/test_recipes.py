@@ -17,6 +17,7 @@ import pytest
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "resources" / "models" / "recipe"
 sys.path.insert(0, str(RECIPE_DIR))
 
+import build_demo_draft_model  # noqa: E402
 import build_demo_hybrid  # noqa: E402
 import build_demo_target  # noqa: E402
 
@@ -24,7 +25,8 @@ TRAIN = [(f"pkg/mod{i}.py", f"def f{i}(x):\n    return x + {i}\n\n\nclass C{i}:\
 HELD = [("pkg/held.py", "def held(y):\n    return y * 2\n")]
 
 
-@pytest.mark.parametrize("recipe", [build_demo_target, build_demo_hybrid], ids=["dense", "hybrid"])
+@pytest.mark.parametrize("recipe", [build_demo_target, build_demo_hybrid, build_demo_draft_model],
+                         ids=["dense", "hybrid", "draft-model"])
 def test_recipe_prepares_its_data_from_its_own_defaults(recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
     args = recipe.parse_args(["--vocab-size", "320", "--run-dir", str(tmp_path)])
@@ -213,3 +215,60 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     again = (target / "MODEL_CARD.md").read_text()
     assert "old replay" not in again and again.count("| replay |") == 1
     assert again[: again.index("## Benchmark")] == card[: card.index("## Benchmark")]
+
+
+def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
+    """Rows that reward copying: the second half repeats the first (one identifier renamed, or
+    verbatim), so from the copy's start every token is in the context already."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from copy_rows import copy_row, renamed
+
+    rng = np.random.default_rng(0)
+    loop = "total = 0\nfor item in items:\n    total += item\n"  # total and item occur twice
+    changed = renamed(loop, rng)
+    assert changed != loop and changed.count("\n") == loop.count("\n") and "items" in changed
+    assert renamed("x = 1\n", rng) == "x = 1\n"  # nothing occurs twice: nothing to rename
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD))
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--run-dir", str(tmp_path), "--synthetic-modules", "0"])
+    data = build_demo_target.prepare_data(args, tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer" / "tokenizer.json"))
+    for _ in range(20):
+        row = copy_row(rng, tok, data["train_ids"], 64)
+        assert row.shape == (65,) and row.dtype == data["train_ids"].dtype
+        text = tok.decode(row.tolist())
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert len(set(lines)) < len(lines)  # something is written twice
+
+
+def test_draft_model_recipe_distills_a_small_target_and_loads(tmp_path, monkeypatch):
+    """A few steps of the draft model's distillation from a tiny target of the recipe's tokenizer:
+    it starts from the target's embeddings and first layers, loads as an mlx-lm model with the
+    target's tokenizer, and its card says how often it agrees with the target."""
+    from mlx.utils import tree_flatten
+    import mlx.core as mx
+
+    from engine.models.target import load_target
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD * 20))
+    small = ["--vocab-size", "320", "--synthetic-modules", "0"]
+    targs = build_demo_target.parse_args(small + ["--run-dir", str(tmp_path / "trun"), "--hidden-size", "64",
+                                                  "--layers", "3", "--head-dim", "16", "--intermediate-size", "128"])
+    data = build_demo_target.prepare_data(targs, tmp_path / "trun")
+    cfg = build_demo_target.model_config(targs, data)
+    target = build_demo_target.build_model(cfg)
+    mx.eval(target.parameters())
+    build_demo_target.write_output(targs, cfg, data, target, tmp_path / "target", {})
+    out = tmp_path / "draft"
+    assert build_demo_draft_model.main(small + [
+        "--target", str(tmp_path / "target"), "--out", str(out), "--run-dir", str(tmp_path / "run"), "--layers", "1",
+        "--steps", "3", "--batch-size", "2", "--seq-len", "16", "--warmup", "1", "--log-every", "1"]) == 0
+    model, tokenizer, config = load_target(out)
+    assert config["num_hidden_layers"] == 1 and (out / "tokenizer.json").read_bytes() == (
+        tmp_path / "target" / "tokenizer.json").read_bytes()
+    weights = dict(tree_flatten(model.parameters()))
+    first = weights["model.layers.0.mlp.up_proj.weight"]
+    assert first.shape == target.model.layers[0].mlp.up_proj.weight.shape
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "held-out windows its greedy next token is the target's" in card

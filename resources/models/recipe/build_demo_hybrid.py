@@ -37,8 +37,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +51,6 @@ import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
-import mlx.optimizers as optim  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
@@ -74,6 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--alt-seq-len", type=int, default=0,
+                    help="every other step uses windows of this length (build_demo_target.py's option)")
+    ap.add_argument("--file-start-share", type=float, default=0.0,
+                    help="share of standard-library rows that start at a file's first token")
+    ap.add_argument("--init-from-dense", metavar="MODEL_DIR",
+                    help="start the embeddings, MLPs and norms from this dense demo target (same tokenizer, "
+                         "widths and depth); the GatedDeltaNet and attention layers start random")
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
@@ -103,6 +107,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="synthetic textbook modules next to the standard library (build_demo_target.py)")
     ap.add_argument("--synthetic-share", type=float, default=0.75)
     ap.add_argument("--drafter-steps", type=int, default=400)
+    ap.add_argument("--drafter-init", help="start the drafter from this one's weights (build_demo_drafter.py --init)")
+    ap.add_argument("--drafter-corpus-in-mix", type=int, default=0,
+                    help="build_demo_drafter.py --corpus-in-mix: stage 2 also trains on whole corpus files")
     ap.add_argument("--drafter-distill", type=int, default=600, help="greedy continuations the drafter trains on")
     ap.add_argument("--drafter-anchors", type=int, default=32)
     ap.add_argument("--drafter-finetune-steps", type=int, default=500,
@@ -167,6 +174,23 @@ def build_model(cfg: dict) -> nn.Module:
     return model
 
 
+def transplant_dense(model: nn.Module, folder: Path, data: dict) -> int:
+    """Copy a dense demo target's embeddings, MLPs and norms into the hybrid model (names mapped,
+    shapes checked); its tokenizer must be the one this run trains. Returns how many tensors."""
+    if (folder / "tokenizer.json").read_bytes() != (data["tok_dir"] / "tokenizer.json").read_bytes():
+        raise SystemExit(f"--init-from-dense {folder}: its tokenizer differs from the one this recipe trains.")
+    mine = dict(tree_flatten(model.parameters()))
+    wanted = ("embed_tokens.", "mlp.", "input_layernorm.", "post_attention_layernorm.", "model.norm.")
+    taken = []
+    for name, value in mx.load(str(folder / "model.safetensors")).items():
+        target = "language_model." + name
+        if any(w in name for w in wanted) and target in mine and mine[target].shape == value.shape:
+            taken.append((target, value.astype(mine[target].dtype)))
+    model.load_weights(taken, strict=False)
+    mx.eval(model.parameters())
+    return len(taken)
+
+
 def train_target(args) -> dict:
     out, run_dir = Path(args.out), Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -189,45 +213,27 @@ def train_target(args) -> dict:
     dense.log(f"model: qwen3_5, {n_params:,} params, layers "
               + "".join("G" if layer.is_linear else "A" for layer in model.layers))
 
-    opt = optim.AdamW(learning_rate=dense.lr_schedule(args), weight_decay=args.weight_decay)
-    opt.init(model.trainable_parameters())
-    start, prev_wall, recent = 0, 0.0, []
-    if args.resume:
-        state = dense.load_checkpoint(run_dir, model, opt, rng)
-        start, prev_wall, recent = state["step"], state.get("train_wall_s", 0.0), state.get("recent_losses", [])
+    if args.init_from_dense and not args.resume:
+        copied = transplant_dense(model, Path(args.init_from_dense), data)
+        dense.log(f"init: {copied} tensors (embeddings, MLPs, norms) from {args.init_from_dense}")
 
-    def loss_fn(model, x, y):
-        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+    starts = (dense.file_starts(data["train_ids"], data["special_ids"][EOS_TOKEN])
+              if args.file_start_share else None)
 
-    loss_and_grad = nn.value_and_grad(model, loss_fn)
-    state = [model.state, opt.state]
+    def batches(step: int):
+        batch, seq_len = dense.step_shape(args, step)
+        return dense.sample_batch(rng, data["train_ids"], batch, seq_len, data["synth_ids"], args.synthetic_share,
+                                  starts, args.file_start_share)
 
-    @partial(mx.compile, inputs=state, outputs=state)
-    def step_fn(x, y):
-        loss, grads = loss_and_grad(model, x, y)
-        grads, _ = optim.clip_grad_norm(grads, args.grad_clip)
-        opt.update(model, grads)
-        return loss
-
-    t0 = time.time()
-    for step in range(start + 1, args.steps + 1):
-        x, y = dense.sample_batch(rng, data["train_ids"], args.batch_size, args.seq_len,
-                                  data["synth_ids"], args.synthetic_share)
-        loss = step_fn(x, y)
-        mx.eval(loss, state)
-        recent = (recent + [loss.item()])[-50:]
-        if step % args.log_every == 0 or step == start + 1:
-            per = (time.time() - t0) / (step - start)
-            dense.log(f"step {step}/{args.steps} loss {recent[-1]:.3f} {per:.2f} s/step "
-                      f"ETA {per * (args.steps - step) / 60:.1f}m")
-        if step % args.ckpt_every == 0 or step == args.steps:
-            dense.save_checkpoint(run_dir, model, opt, step, rng, {
-                "train_wall_s": prev_wall + time.time() - t0, "steps_run_total": step, "recent_losses": recent})
-    wall = prev_wall + time.time() - t0
+    wall, recent = dense.train_loop(args, model, batches, run_dir, rng)
 
     heldout = dense.heldout_loss(model, data["held_ids"], args.seq_len)
+    longest = max(args.seq_len, args.alt_seq_len)
+    by_depth = (dense.heldout_loss_by_depth(model, data["held_ids"], longest, dense.DEPTH_EDGES)
+                if longest > 256 else None)
     report = {"params": n_params, "steps": args.steps, "train_wall_s": wall,
-              "final_train_loss": float(np.mean(recent)) if recent else float("nan"), "heldout_loss": heldout}
+              "final_train_loss": float(np.mean(recent)) if recent else float("nan"), "heldout_loss": heldout,
+              **({"heldout_loss_by_depth": by_depth, "heldout_depth_window": longest} if by_depth else {})}
     dense.log(f"final: train loss {report['final_train_loss']:.3f} held-out loss {heldout:.3f} "
               f"(perplexity {math.exp(heldout):.1f}) wall {wall / 60:.1f}m")
     dense.write_output(args, cfg, data, model, out, report)
@@ -245,7 +251,10 @@ def train_drafter(args) -> None:
            "--definition-prompts", str(args.drafter_definition_prompts),
            "--line-prompts", str(args.drafter_line_prompts),
            "--bench-tokens", str(args.bench_tokens),
-           "--bench-repeats", str(args.bench_repeats)]
+           "--bench-repeats", str(args.bench_repeats),
+           "--corpus-in-mix", str(args.drafter_corpus_in_mix)]
+    if args.drafter_init:
+        cmd += ["--init", args.drafter_init]
     if args.resume:
         cmd.append("--resume")
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -295,7 +304,7 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
     """The target's model card: the training run's settings (--run-dir) and the bench summary."""
     lines = ["# demo-hybrid-target", "",
              "A small Qwen3.5-architecture (`qwen3_5`) causal LM: GatedDeltaNet layers with full-attention",
-             "layers every 4th, trained from scratch on the Python standard library and synthetic textbook",
+             "layers every 4th, trained on the Python standard library and synthetic textbook",
              "modules by `resources/models/recipe/build_demo_hybrid.py` (demo-target's corpus recipe).",
              "Its drafter is `demo-hybrid-drafter`; that card has the per-prompt figures.", ""]
     run_dir, old_card = Path(args.run_dir), Path(args.out) / "MODEL_CARD.md"
@@ -308,6 +317,17 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
                   f"seed {t['seed']}; wall {r['train_wall_s'] / 60:.1f} min.",
                   f"- Final train loss {r['final_train_loss']:.3f}; held-out loss {r['heldout_loss']:.3f} "
                   f"(perplexity {math.exp(r['heldout_loss']):.1f}).",
+                  *([f"- Held-out loss by position in {r['heldout_depth_window']}-token windows: "
+                     + ", ".join(f"{k}: {v:.3f}" for k, v in r["heldout_loss_by_depth"].items()) + "."]
+                    if r.get("heldout_loss_by_depth") else []),
+                  *([f"- Windows of {t['seq_len']} tokens" + (f", every other step {t['alt_seq_len']}"
+                                                             if t.get("alt_seq_len") else "")
+                     + (f"; {t['file_start_share']:.0%} of standard-library rows from a file's start"
+                        if t.get("file_start_share") else "") + "."] if t.get("alt_seq_len") or t["seq_len"] > 256
+                    else []),
+                  *([f"- Embeddings, MLPs and norms started from `{t['init_from_dense']}` (the dense demo "
+                     "target, same tokenizer); the GatedDeltaNet and attention layers from random weights."]
+                    if t.get("init_from_dense") else []),
                   f"- Tokenizer: byte-level BPE, vocab {t['vocab_size']}, {split} pre-split."]
         resumed = run_dir / "run_args.resume.json"
         steps_after = json.loads(resumed.read_text())["steps"] if resumed.is_file() else t["steps"]

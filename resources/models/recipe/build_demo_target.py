@@ -321,6 +321,45 @@ def heldout_loss(model: Model, ids: np.ndarray, seq_len: int, batch: int = 16) -
     return total / count
 
 
+def train_loop(args, model, batches, run_dir: Path, rng) -> tuple[float, list[float]]:
+    """AdamW with --lr's schedule over `batches(step) -> (x, y)`, cross-entropy, a compiled step,
+    checkpoints every --ckpt-every steps (model, optimizer, RNG) and --resume from the latest;
+    (training wall seconds, the last 50 losses). The hybrid and draft-model recipes train this way."""
+    opt = optim.AdamW(learning_rate=lr_schedule(args), weight_decay=args.weight_decay)
+    opt.init(model.trainable_parameters())
+    start, prev_wall, recent = 0, 0.0, []
+    if args.resume:
+        state = load_checkpoint(run_dir, model, opt, rng)
+        start, prev_wall, recent = state["step"], state.get("train_wall_s", 0.0), state.get("recent_losses", [])
+
+    def loss_fn(model, x, y):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    state = [model.state, opt.state]
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def step_fn(x, y):
+        loss, grads = loss_and_grad(model, x, y)
+        grads, _ = optim.clip_grad_norm(grads, args.grad_clip)
+        opt.update(model, grads)
+        return loss
+
+    t0 = time.time()
+    for step in range(start + 1, args.steps + 1):
+        loss = step_fn(*batches(step))
+        mx.eval(loss, state)
+        recent = (recent + [loss.item()])[-50:]
+        if step % args.log_every == 0 or step == start + 1:
+            per = (time.time() - t0) / (step - start)
+            log(f"step {step}/{args.steps} loss {recent[-1]:.3f} {per:.2f} s/step "
+                f"ETA {per * (args.steps - step) / 60:.1f}m")
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save_checkpoint(run_dir, model, opt, step, rng, {
+                "train_wall_s": prev_wall + time.time() - t0, "steps_run_total": step, "recent_losses": recent})
+    return prev_wall + time.time() - t0, recent
+
+
 # ---------------------------------------------------------------- checkpoints
 
 
