@@ -35,6 +35,21 @@ class RunJob:
 
 
 @dataclass(frozen=True)
+class RaceJob:
+    """The prompt decoded by each method in turn (engine/tools/race.py's names, AR first), with the
+    window's settings; `settings` carries the draft model and its draft count for draft-model."""
+
+    prompt: str
+    chat: Optional[bool]
+    thinking: Optional[bool]
+    methods: tuple[str, ...]
+    settings: GenerationSettings
+    load: Optional[LoadJob] = None
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False)
+    kind: str = "race"
+
+
+@dataclass(frozen=True)
 class AdviseJob:
     """The block-size advisor on a run's rounds (trace records), with the loaded pair's cost curve."""
 
@@ -92,7 +107,7 @@ class LoadFailed:
 class EngineEvent:
     """An engine event of one run; `header` (the trace header) comes with the StartEvent."""
 
-    label: str  # "ar" or "dflash"
+    label: str  # "ar" or "dflash"; in a race the method's name (engine.tools.race.METHODS)
     event: Event
     header: Optional[dict[str, Any]] = None
 
@@ -108,6 +123,25 @@ class ParityDone:
     cancelled: bool
     mean_acceptance_length: Optional[float] = None
     round_in_ar_steps: Optional[float] = None  # the tau at which DFlash breaks even
+
+
+@dataclass
+class MethodDone:
+    """One method of a race ran to its end (or was stopped): the engine's figures against the race's AR
+    run (engine.tools.bench.figures) and its comparison with AR's output."""
+
+    method: str
+    figures: dict[str, Any]
+    identical: bool
+    first_divergence: Optional[int]
+    margin_at_divergence: Optional[float]  # AR's top-1 minus top-2 logit there, when both outputs reach it
+    cancelled: bool
+
+
+@dataclass
+class RaceDone:
+    methods: list[str]  # the methods that ran to their end, in order
+    cancelled: bool
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Live plots (pyqtgraph): throughput over time, acceptance per round and per block position,
-and stacked draft / verify / rollback time per round."""
+"""Live plots (pyqtgraph): throughput over time (one curve per run: AR and DFlash, or each method of
+a race), acceptance per round and per block position, and stacked draft / verify / rollback time
+per round."""
 
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.p_tps = self.addPlot(row=1, col=0)
         self.p_tps.setTitle("Throughput (tok/s)", **TITLE)
         self.p_tps.setLabel("bottom", "time since first token", units="s")
-        self.tps_curves = {
-            "dflash": self.p_tps.plot(name="DFlash", pen=pg.mkPen(theme.PLOT_DFLASH, width=2)),
-            "ar": self.p_tps.plot(name="AR", pen=pg.mkPen(theme.PLOT_AR, width=2)),
-        }
+        # One curve per run label: DFlash and AR always, a race's other methods while they are shown.
+        self.tps_curves = {}
+        for label in ("dflash", "ar"):
+            self._tps_curve(label)
         self.tps_legend = self._legend_above(self.p_tps, row=0, col=0)
 
         self.p_acc = self.addPlot(row=1, col=1)
@@ -91,7 +92,26 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.addItem(legend, row=row, col=col)
         return legend
 
+    def _tps_curve(self, label: str) -> pg.PlotDataItem:
+        """The throughput curve of a run label (a race method's name), made and put in the legend when
+        first needed."""
+        curve = self.tps_curves.get(label)
+        if curve is None:
+            colour = theme.PLOT_METHOD.get(label, theme.FOREGROUND)
+            curve = self.tps_curves[label] = self.p_tps.plot(name=theme.METHOD_LABEL.get(label, label),
+                                                             pen=pg.mkPen(colour, width=2))
+            legend = getattr(self, "tps_legend", None)
+            if legend is not None:
+                legend.addItem(curve, curve.name())
+                legend.setColumnCount(min(len(self.tps_curves), 3))  # a race's six names in two rows
+        return curve
+
     def clear_plots(self) -> None:
+        for label in [k for k in self.tps_curves if k not in ("dflash", "ar")]:  # a race's extra methods
+            curve = self.tps_curves.pop(label)
+            self.tps_legend.removeItem(curve)
+            self.p_tps.removeItem(curve)
+        self.tps_legend.setColumnCount(len(self.tps_curves))
         for c in self.tps_curves.values():
             c.setData([], [])
         self.acc_curve.setData(_edges(0), np.zeros(0))
@@ -100,7 +120,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             c.setData(_edges(0), np.zeros(0))
 
     def update_runs(self, runs: dict[str, RunRecord], rounds_run: Optional[RunRecord]) -> None:
-        """Throughput for every run (by mode); the round plots from `rounds_run`."""
+        """Throughput for every run (by label: mode, or a race's method); the round plots from `rounds_run`."""
+        for label in runs:
+            self._tps_curve(label)
         for mode, curve in self.tps_curves.items():
             run = runs.get(mode)
             if run is None:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
+    QAbstractItemView, QHeaderView, QLabel, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
 )
 
 from engine.decode.calibration import broke_at
@@ -26,7 +26,8 @@ ROUND_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("#", "pos", "block: anchor | drafts | bonus", "acc", "draft", "verify", "rollback", "t (s)")
 HEADER_TIPS = ("round index", "absolute position of the anchor token",
                "the anchor, the drafted tokens (accepted green, rejected struck through) and the bonus "
-               "(blue) or correction (orange) token; when a block is wider than the column, …k stands "
+               "(blue) or correction (orange) token; each draft's left edge says where it came from (the "
+               "legend below); when a block is wider than the column, …k stands "
                "for k drafts in the middle (the row's tooltip lists them all)", "accepted drafts / drafted", "drafting time, ms",
                "target verification time, ms", "rollback (cache trim / tape replay) time, ms",
                "seconds since the first token, at the end of the round")
@@ -116,9 +117,10 @@ def round_tooltip(r: RoundEvent, table) -> str:
                 f"not pay here)\n{chip_text(table, r.bonus)} (id {r.bonus}) from the target alone, "
                 f"{r.verify_ms:.2f} ms")
     drafts = " ".join(chip_text(table, t) for t in r.drafted) or "(none)"
+    source = f" (by the {theme.SOURCE_LABEL.get(r.source, r.source)})" if r.source and r.drafted else ""
     return (f"round {r.index} at position {r.position}\n"
             f"anchor {chip_text(table, r.anchor)} (id {r.anchor})\n"
-            f"drafted: {drafts}\n"
+            f"drafted{source}: {drafts}\n"
             f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
             f"(id {r.bonus})\n"
             f"committed {len(r.committed)} tokens; draft {r.draft_ms:.2f} ms, verify {r.verify_ms:.2f} ms, "
@@ -229,6 +231,7 @@ class ChipDelegate(QStyledItemDelegate):
             "elided": (pens["anchor"], None, QPen(QColor("#8b93a1")), self.font),  # drafts hidden for width
             "plain": (pens["anchor"], None, QPen(QColor(theme.FOREGROUND)), self.font),  # auto's plain step
         }
+        self.sources = {k: QColor(c) for k, c in theme.CHIP_SOURCE.items()}
         self.text_pen = QPen(QColor(theme.FOREGROUND))
         self.selected = QColor("#3d5a80")
         self.alternate = QColor(theme.PANEL)
@@ -271,6 +274,7 @@ class ChipDelegate(QStyledItemDelegate):
         widths = [w + (self.GAP if n == 0 else 0) for n, (_, w) in enumerate(chips)]
         shown = fit_chips(widths, inner.width(), self.GAP, lambda k: self._marker(k)[1])
         groups: dict[str, list[tuple[QRect, str]]] = {}
+        edges: list[QRect] = []  # the drafted chips, whose left edge takes the source's colour
         x = inner.left()
         for i in shown:
             if i < 0:
@@ -278,6 +282,8 @@ class ChipDelegate(QStyledItemDelegate):
             else:
                 style, (text, w) = styled[i][0], chips[i]
             groups.setdefault(style, []).append((QRect(x, top, w, height), text))
+            if 0 < i <= len(r.drafted):
+                edges.append(QRect(x, top, 3, height))
             x += (widths[i] if i >= 0 else w) + self.GAP
         painter.save()
         painter.setClipRect(rect)
@@ -291,6 +297,9 @@ class ChipDelegate(QStyledItemDelegate):
             painter.setFont(font)
             for chip, text in boxes:
                 painter.drawText(chip.left() + self.PAD, baseline, text)
+        edge = self.sources.get(r.source) if r.source else None
+        for chip in edges if edge is not None else ():
+            painter.fillRect(chip, edge)
         painter.restore()
 
     def _marker(self, hidden: int) -> tuple[str, int]:
@@ -358,3 +367,13 @@ class RoundsView(QTableView):
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if not self._quiet and current.isValid():
             self.round_selected.emit(current.row())
+
+
+def source_legend() -> QLabel:
+    """The key to the drafted chips' left edges, shown under the rounds."""
+    marks = " &nbsp;".join(f"<span style='color:{theme.CHIP_SOURCE[k]}'>▌</span>{label}"
+                           for k, label in theme.SOURCE_LABEL.items())
+    legend = QLabel(f"drafts from: {marks}")
+    legend.setObjectName("hint")
+    legend.setWordWrap(True)  # a narrow centre column takes it on two lines rather than widening
+    return legend

@@ -5,12 +5,16 @@ The worker puts messages on a queue. The controller drains it when a refresh is 
 core) and at once when the worker signals that a job ended; draining updates the run
 records (plain Python), then the window's views repaint from them. It knows the views
 by name (the window passes itself) but holds no layout and no dialogs of its own.
+
+A race (the Race tab) keys its runs by method name ("ar", "dflash+lookup", ...); the views follow
+the method running until the user picks one in the race table.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,8 +23,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from engine.decode.cancel import CancelToken
 from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, to_dict
 from app.jobs import (
-    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
-    ParityDone, RunFailed, RunJob,
+    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
+    ParityDone, RaceDone, RaceJob, RunFailed, RunJob,
 )
 from app.run_record import RunRecord
 from app.throttle import Throttle
@@ -49,6 +53,8 @@ class RunController(QObject):
         self.current_run: Optional[RunRecord] = None  # shown in Output
         self.rounds_run: Optional[RunRecord] = None  # shown in Rounds and the round plots
         self.parity: Optional[ParityDone] = None
+        self.race: Optional[RaceDone] = None
+        self.race_pinned: Optional[str] = None  # the race method the user chose to watch (else the running one)
         self.replaying: Optional[Path] = None
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
@@ -69,6 +75,7 @@ class RunController(QObject):
         job_id = self.host.submit(job)
         self.active = (job_id, job)
         self.w.prompt.set_running(True)
+        self.w.race_view.set_running(True)
         self.w.models.load_button.setEnabled(False)
         self._last_plot = time.perf_counter()  # nothing to plot yet: the first refresh skips the plots
         self.timer.start(FIRST_REFRESH_MS)
@@ -78,20 +85,55 @@ class RunController(QObject):
         self.w.models.status.setText("loading…")
         self._submit(LoadJob(target, drafter))
 
+    def _load_first(self, target: str, drafter: Optional[str], cancel: CancelToken) -> Optional[LoadJob]:
+        """The load a run needs first when the chosen pair is not the loaded one."""
+        if self.loaded is not None and (self.loaded.target, self.loaded.drafter) == (target, drafter):
+            return None
+        self.w.models.set_loading(True)
+        return LoadJob(target, drafter, cancel=cancel)
+
     def start_run(self, target: str, drafter: Optional[str]) -> None:
         """Run the prompt with the current settings, loading the chosen pair first if it changed."""
         prompt = self.w.prompt
         cancel = CancelToken()
-        load = None
-        if self.loaded is None or (self.loaded.target, self.loaded.drafter) != (target, drafter):
-            load = LoadJob(target, drafter, cancel=cancel)
-            self.w.models.set_loading(True)
+        load = self._load_first(target, drafter, cancel)
         job = RunJob(prompt.prompt(), prompt.chat_flag(), prompt.thinking_flag(), prompt.mode(),
                      prompt.settings(), load=load, cancel=cancel)
         self.clear_runs()
         self.job_mode = job.mode
         self.w.statusBar().showMessage("running…")
         self._submit(job)
+
+    def start_race(self, target: str, drafter: Optional[str], methods: list[str], draft_model: Optional[str],
+                   num_draft: int) -> None:
+        """Run the prompt with each method in turn (AR first), the prompt panel's settings for all."""
+        prompt = self.w.prompt
+        cancel = CancelToken()
+        load = self._load_first(target, drafter, cancel)
+        settings = replace(prompt.settings(), draft_model=draft_model, num_draft=num_draft)
+        job = RaceJob(prompt.prompt(), prompt.chat_flag(), prompt.thinking_flag(), tuple(methods), settings,
+                      load=load, cancel=cancel)
+        self.clear_runs()
+        self.job_mode = "race"
+        self.w.race_view.start(methods)
+        self.w.statusBar().showMessage("racing: " + ", ".join(methods) + "…")
+        self._submit(job)
+
+    def show_method(self, method: str) -> None:
+        """A race method's run in the output, rounds, plots and status (the user picked its row)."""
+        run = self.runs.get(method)
+        if run is None or (self.race_pinned == method and self.current_run is run):
+            return
+        self.race_pinned = method
+        self.current_run = run
+        self.rounds_run = run if method != "ar" else None
+        w = self.w
+        w.output.set_run(run)
+        w.rounds.set_run(self.rounds_run)
+        w.plots.update_runs(self.runs, self.rounds_run)
+        w.why_view.update_run(self.rounds_run, self.runs.get("ar"))
+        w.selector_view.update_run(self.rounds_run)
+        w.update_status()
 
     def advise(self) -> None:
         """Ask the worker for the block-size advice on the run in the Rounds view."""
@@ -120,6 +162,8 @@ class RunController(QObject):
         self.current_run = None
         self.rounds_run = None
         self.parity = None
+        self.race = None
+        self.race_pinned = None
         self.replaying = None
         self.w.clear_run_views()
 
@@ -185,6 +229,11 @@ class RunController(QObject):
         elif isinstance(msg, ParityDone):
             self.parity = msg
             self._dirty = True
+        elif isinstance(msg, MethodDone):
+            w.race_view.set_result(msg, self.runs.get(msg.method))
+        elif isinstance(msg, RaceDone):
+            self.race = msg
+            w.race_view.finish(msg)
         elif isinstance(msg, RunFailed):
             w.show_error("The run failed", msg.message)
 
@@ -200,11 +249,14 @@ class RunController(QObject):
             table = self.loaded.token_table if self.loaded else None
             run = RunRecord(msg.event, msg.header, table)
             self.runs[msg.label] = run
-            self.current_run = run
-            self.w.output.set_run(run)
-            if msg.label == "dflash":
-                self.rounds_run = run
-                self.w.rounds.set_run(run)
+            if self.race_pinned is None:  # follow the run in progress unless the user picked a race method
+                self.current_run = run
+                self.w.output.set_run(run)
+                if msg.label == "dflash" or (self.job_mode == "race" and msg.label != "ar"):
+                    self.rounds_run = run
+                    self.w.rounds.set_run(run)
+                if self.job_mode == "race":
+                    self.w.race_view.mark_shown(msg.label)
         else:
             run = self.runs.get(msg.label)
             if run is not None:
@@ -218,6 +270,8 @@ class RunController(QObject):
         w.rounds.refresh()
         if self.job_mode == "both":
             w.parity_view.show_runs(self.runs.get("ar"), self.runs.get("dflash"))
+        elif self.job_mode == "race":
+            w.race_view.refresh(self.runs)
         w.update_status()
         now = time.perf_counter()
         if final or now - self._last_plot >= max(PLOT_MIN_S, 2 * self._throttle.last_gap):
@@ -236,6 +290,7 @@ class RunController(QObject):
         if self.active is not None and self.active[0] == msg.job_id:
             self.active = None
         w.prompt.set_running(False)
+        w.race_view.set_running(False)
         w.models.set_loading(False)
         w.models.load_button.setEnabled(True)
         if msg.kind == "run":
@@ -249,11 +304,33 @@ class RunController(QObject):
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)
             self.run_finished.emit()
+        elif msg.kind == "race":
+            self._race_done(msg)
+            self.job_finished.emit(msg.kind)
+            self.run_finished.emit()
         elif msg.kind == "load":
             self.job_finished.emit(msg.kind)
             self.load_finished.emit(msg.ok)
         else:  # advise
             self.job_finished.emit(msg.kind)
+
+    def _race_done(self, msg: JobDone) -> None:
+        race = self.race
+        if race is None:  # failed or stopped before it started: the error (if any) is shown already
+            self.w.race_view.finish(RaceDone([], msg.cancelled))
+            if msg.cancelled:
+                self.w.notify("race stopped before any method ran")
+            return
+        if race.cancelled:
+            self.w.notify(f"race stopped after {len(race.methods)} of {len(self.w.race_view.rows)} methods; "
+                          "their figures are in the Race tab")
+            return
+        ar = self.runs.get("ar")
+        ar_tps = ar.summary.tok_per_s if ar is not None and ar.summary is not None else None
+        fastest = max(race.methods, key=lambda m: self.runs[m].summary.tok_per_s)
+        speed = self.runs[fastest].summary.tok_per_s
+        self.w.statusBar().showMessage(f"race: {len(race.methods)} methods; fastest {fastest} {speed:.1f} tok/s"
+                                       + (f" (×{speed / ar_tps:.2f} AR)" if ar_tps else ""))
 
     def shutdown(self) -> bool:
         """Stop the worker (bounded); False when it did not stop in time."""

@@ -1,5 +1,5 @@
-"""The status bar's figures for the runs on show: tok/s (AR vs DFlash in Both mode), tau,
-rounds, tokens, device and peak memory."""
+"""The status bar's figures for the runs on show: tok/s (AR vs DFlash in Both mode, vs the chosen
+method in a race), tau, rounds, tokens, device and peak memory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Optional
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.run_record import RunRecord
+from app.theme import METHOD_LABEL
 
 DEVICE_WIDTH = 220  # px
 
@@ -53,10 +54,13 @@ class StatusLine:
                     labels[key].setText(f"{name}: –")
             return
         shown = current or run
-        ar, df = runs.get("ar"), runs.get("dflash")
+        # Beside AR: the run whose rounds are shown (a race's chosen method), else DFlash (Both mode).
+        ar = runs.get("ar")
+        df = rounds_run if rounds_run is not None and rounds_run is not ar else runs.get("dflash")
+        name = next((label for label, r in runs.items() if r is df), "dflash")
         if ar is not None and df is not None and ar.tok_per_s and df.tok_per_s:
-            labels["tok/s"].setText(f"tok/s: AR {ar.tok_per_s:.1f} · DFlash {df.tok_per_s:.1f} "
-                                    f"(×{df.tok_per_s / ar.tok_per_s:.2f})")
+            labels["tok/s"].setText(f"tok/s: AR {ar.tok_per_s:.1f} · {METHOD_LABEL.get(name, name)} "
+                                    f"{df.tok_per_s:.1f} (×{df.tok_per_s / ar.tok_per_s:.2f})")
         else:
             tps = shown.tok_per_s
             labels["tok/s"].setText(f"{shown.mode} tok/s: {tps:.1f}" if tps is not None else "tok/s: –")

@@ -41,11 +41,23 @@ CHIP_ANCHOR = "#6b7280"
 ROUND_HIGHLIGHT = "#e5c07b"
 DIFF_MARK = "#b33a3a"
 
+# Where a round's drafts came from (RoundEvent.source, engine/decode/proposers.py): the left edge of
+# each drafted chip in the rounds view.
+CHIP_SOURCE = {"drafter": "#61afef", "lookup": "#e5c07b", "draft-model": "#c678dd"}
+SOURCE_LABEL = {"drafter": "DFlash drafter", "lookup": "lookup (copied from the context)",
+                "draft-model": "draft model"}
+
 PLOT_DFLASH = "#4caf7a"
 PLOT_AR = "#9aa0a6"
 PLOT_DRAFT = "#61afef"
 PLOT_VERIFY = "#c678dd"
 PLOT_ROLLBACK = "#e5c07b"
+
+# The race's methods (engine/tools/race.py METHODS): their names in the window and throughput curves.
+METHOD_LABEL = {"ar": "AR", "dflash": "DFlash", "dflash-auto": "DFlash auto", "lookup": "lookup",
+                "dflash+lookup": "DFlash+lookup", "draft-model": "draft model"}
+PLOT_METHOD = {"ar": PLOT_AR, "dflash": PLOT_DFLASH, "dflash-auto": "#56b6c2", "lookup": "#e5c07b",
+               "dflash+lookup": "#e06c75", "draft-model": "#c678dd"}
 
 
 def apply_theme(app: QApplication) -> None:

@@ -27,7 +27,8 @@ from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView, parity_mark
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
-from app.rounds_view import RoundsView
+from app.race_view import RaceView
+from app.rounds_view import RoundsView, source_legend
 from app.selector_view import SelectorView
 from app.model_lists import ModelLists
 from app.run_controller import RunController
@@ -98,9 +99,9 @@ class MainWindow(QMainWindow):
         left.setMinimumWidth(330)
 
         self.output, self.parity_view, self.why_view = OutputView(), ParityView(), WhyView()
-        self.selector_view, self.center_tabs = SelectorView(), QTabWidget()
-        for view, name in zip((self.output, self.parity_view, self.why_view, self.selector_view),
-                              ("Output", "Parity", "Why", "Selector")):
+        self.selector_view, self.race_view, self.center_tabs = SelectorView(), RaceView(), QTabWidget()
+        for view, name in zip((self.output, self.parity_view, self.why_view, self.selector_view, self.race_view),
+                              ("Output", "Parity", "Why", "Selector", "Race")):
             self.center_tabs.addTab(view, name)
         self.legend = token_legend()
         top = QWidget()
@@ -108,10 +109,15 @@ class MainWindow(QMainWindow):
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.center_tabs, 1)
         tl.addWidget(self.legend)
-        self.rounds = RoundsView()
+        self.rounds, self.rounds_legend = RoundsView(), source_legend()
+        bottom = QWidget()
+        bl = QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.rounds, 1)
+        bl.addWidget(self.rounds_legend)
         self.center_split = QSplitter(Qt.Orientation.Vertical)
         self.center_split.addWidget(top)
-        self.center_split.addWidget(self.rounds)
+        self.center_split.addWidget(bottom)
 
         self.plots = PlotsPanel()
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
@@ -132,6 +138,9 @@ class MainWindow(QMainWindow):
         self.rounds.round_selected.connect(self._round_selected)
         self.rounds.round_opened.connect(lambda _index: self.center_tabs.setCurrentWidget(self.selector_view))
         self.why_view.advise_requested.connect(self.controller.advise)
+        self.race_view.race_requested.connect(self.start_race)
+        self.race_view.stop_requested.connect(self.stop)
+        self.race_view.method_selected.connect(self.controller.show_method)
         self.output.token_clicked.connect(self._token_clicked)
 
     # ---- settings --------------------------------------------------------------------------
@@ -186,6 +195,16 @@ class MainWindow(QMainWindow):
         if not self.busy and (target := self._chosen_target()):
             self.controller.start_run(target, self.models.drafter_value())
 
+    def start_race(self) -> None:
+        """Race the ticked methods on the prompt (the Race tab), loading the chosen pair first if it changed."""
+        r = self.race_view
+        if "draft-model" in r.methods() and not r.draft_model_value():
+            self.show_error("No draft model", "the draft-model method needs a draft model: a small model with the "
+                            "target's tokenizer (a folder or a Hugging Face id); give one or untick it.")
+        elif not self.busy and (target := self._chosen_target()):
+            self.controller.start_race(target, self.models.drafter_value(), r.methods(), r.draft_model_value(),
+                                       r.num_draft.value())
+
     def stop(self) -> None:
         self.controller.stop()
 
@@ -199,6 +218,7 @@ class MainWindow(QMainWindow):
         self.plots.clear_plots()
         self.why_view.clear()
         self.selector_view.clear()
+        self.race_view.clear()
         self.update_status()
 
     def pair_loaded(self, info: PairInfo) -> None:

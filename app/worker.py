@@ -23,13 +23,13 @@ import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
 from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled
 from engine.models.doctor import check_pair
-from engine.decode.events import StartEvent
+from engine.decode.events import RoundEvent, StartEvent, SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
-    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, PairInfo,
-    ParityDone, RunFailed, RunJob, ShutdownJob,
+    AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
+    ParityDone, RaceDone, RaceJob, RunFailed, RunJob, ShutdownJob,
 )
 from app.tokens import build_token_table
 
@@ -101,11 +101,11 @@ class Worker(QObject):
                 ok = self._load(job)
             elif isinstance(job, AdviseJob):
                 ok = self._advise(job)
-            elif isinstance(job, RunJob):
+            elif isinstance(job, (RunJob, RaceJob)):
                 stage = "load" if job.load is not None else "run"
                 ok = job.load is None or self._load(job.load)
                 stage = "run"
-                ok = ok and self._run(job)
+                ok = ok and (self._run(job) if isinstance(job, RunJob) else self._race(job))
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a message, never a dead thread
             if isinstance(exc, DFlashError):
                 log.info("%s refused: %s", stage, exc)
@@ -200,13 +200,16 @@ class Worker(QObject):
         self.outbox.put(AdviceReady(asdict(curve), advice.to_dict() if advice else None))
         return True
 
+    def _loaded_pair(self):
+        if self.pair is None:
+            raise DFlashError("no model is loaded; choose a target (and a drafter), then press Load or Run.")
+        return self.pair
+
     def _run(self, job: RunJob) -> bool:
         from engine.tools.trace import header_record
 
         put = self.outbox.put
-        pair = self.pair
-        if pair is None:
-            raise DFlashError("no model is loaded; choose a target (and a drafter), then press Load or Run.")
+        pair = self._loaded_pair()
         ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
         label = [job.mode]
         prompt = {"text": job.prompt, "format": format_name(job.chat)}
@@ -236,6 +239,55 @@ class Worker(QObject):
             settings = replace(job.settings, mode=job.mode)
             for event in engine_generate.generate(pair, ids, settings, job.cancel, prefix=self.prefix):
                 emit(event)
+        return True
+
+    def _race(self, job: RaceJob) -> bool:
+        """Each method in turn on the same prompt (AR first), as `bench --methods` runs one prompt: every
+        method's settings and the draft model are checked before anything runs, and the prefix cache
+        lets every method after the first start from the prompt's prefill. After each method its
+        figures against the AR run and, where its output differs from AR's, AR's logit margin there."""
+        from engine.models.draft_model import draft_model_for
+        from engine.tools.bench import figures
+        from engine.tools.race import method_settings
+        from engine.tools.trace import header_record
+
+        put = self.outbox.put
+        pair = self._loaded_pair()
+        ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
+        prompt = {"text": job.prompt, "format": format_name(job.chat)}
+        settings = {m: method_settings(job.settings, m) for m in job.methods}
+        for s in settings.values():
+            s.resolved(pair)
+        if "draft-model" in settings:  # a wrong path fails now, before AR runs, and loads once
+            draft_model_for(pair, job.settings.draft_model)
+        ar: Optional[SummaryEvent] = None
+        finished = []
+        for method in job.methods:
+            if job.cancel.cancelled:
+                break
+            summary, rounds = None, []
+            for event in engine_generate.generate(pair, ids, settings[method], job.cancel, prefix=self.prefix):
+                if isinstance(event, StartEvent):
+                    put(EngineEvent(method, event, header_record(event, prompt)))
+                    continue
+                put(EngineEvent(method, event))
+                if isinstance(event, RoundEvent):
+                    rounds.append(event)
+                elif isinstance(event, SummaryEvent):
+                    summary = event
+            if summary is None:
+                break
+            cancelled = summary.stop_reason == "cancelled"
+            ar = ar or summary
+            where = engine_parity.first_divergence(ar.token_ids, summary.token_ids)
+            margin = None
+            if where is not None and not cancelled and where < min(len(ar.token_ids), len(summary.token_ids)):
+                margin = engine_parity.logit_margin(pair, ids, ar.token_ids[:where])
+            put(MethodDone(method, figures([ar], [summary], rounds), where is None, where, margin, cancelled))
+            if cancelled:
+                break
+            finished.append(method)
+        put(RaceDone(finished, job.cancel.cancelled))
         return True
 
 
@@ -281,7 +333,7 @@ class WorkerHost(QObject):
     def cancel_all(self) -> None:
         for job in self._open.values():
             job.cancel.cancel()
-            if isinstance(job, RunJob) and job.load is not None:
+            if isinstance(job, (RunJob, RaceJob)) and job.load is not None:
                 job.load.cancel.cancel()
 
     def shutdown(self, timeout_s: float = SHUTDOWN_WAIT_S) -> bool:
