@@ -142,13 +142,16 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ("def f(x):\n", "import os\n")) + "\n")
     args = build_demo_drafter.parse_args(["--rebench", "--target", str(target), "--out", str(out),
                                           "--bench-prompts", str(prompts), "--bench-tokens", "12",
-                                          "--bench-repeats", "1"])
+                                          "--bench-repeats", "1", "--long-prompts", str(prompts),
+                                          "--long-tails", str(prompts)])
     assert build_demo_drafter.rebench(args) == 2  # no card yet: nothing to rewrite
 
     (out / "MODEL_CARD.md").write_text("# drafter\n\nHow it was trained.\n\n## Benchmark\n\nold figures\n")
     assert build_demo_drafter.rebench(args) == 0
     card = (out / "MODEL_CARD.md").read_text()
-    assert card.startswith("# drafter\n\nHow it was trained.\n\n## Benchmark (`bench`, T=0, block 16, 12 tokens")
+    assert card.startswith("# drafter\n\nHow it was trained.\n\n## Benchmark (`bench`, T=0, default settings, 12 tokens")
+    assert "## Long prompts" in card and "tail alone" in card and "By context depth" in card
+    assert json.loads((out / "bench_long.json").read_text())["long"]["identical"] is True
     assert "old figures" not in card and "| `def f(x):⏎` |" in card and "| `import os⏎` |" in card
     result = json.loads((out / "bench.json").read_text())
     assert len(result["per_prompt"]) == 2 and result["identical"] is True
@@ -171,11 +174,15 @@ def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_d
     prompts.write_text('{"prompt": "hello world"}\n{"prompt": "goodbye"}\n')
     args = build_demo_drafter.parse_args(["--rebench", "--target", str(target), "--out", str(out),
                                           "--bench-prompts", str(prompts), "--bench-tokens", "8", "--bench-repeats", "1",
-                                          "--compare-drafter", str(drafter)])
+                                          "--compare-drafter", str(drafter), "--long-prompts", str(prompts),
+                                          "--long-tails", str(prompts)])
     assert build_demo_drafter.rebench(args) == 0
     card = (out / "MODEL_CARD.md").read_text()
-    rows = [line for line in card.splitlines() if line.startswith(("| `hello world`", "| `goodbye`", "| **overall**"))]
+    short, long = card.split("## Long prompts")
+    rows = [line for line in short.splitlines() if line.startswith(("| `hello world`", "| `goodbye`", "| **overall**"))]
     assert len(rows) == 6, rows  # the per-prompt table and the drafters' table, each with its overall row
+    long_rows = [line for line in long.splitlines() if line.startswith(("| `hello world`", "| `goodbye`"))]
+    assert len(long_rows) == 2 and all(line.count(" - ") >= 4 for line in long_rows), long_rows  # no rates there
     assert sum("ended at its first token" in line for line in rows) == 2
     assert not any(c.isdigit() for line in rows for c in line.split("|", 2)[2]), rows
     assert "2 of 2 prompts ended at their first token" in card

@@ -42,7 +42,7 @@ from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
-from engine.tools.bench_report import without_rounds  # noqa: E402
+from drafter_card import BENCH_HEADING, bench_section, long_section  # noqa: E402
 from engine.training.data import token_stream  # noqa: E402
 from engine.training.trainer import DrafterTrainer, TrainSettings  # noqa: E402
 
@@ -82,6 +82,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="the synthetic modules the target was trained on (same seed), as prompt sources")
     ap.add_argument("--init", help="stage 1 starts from this drafter's weights instead of random ones")
     ap.add_argument("--bench-prompts", default=str(Path(__file__).resolve().parent / "bench_prompts.jsonl"))
+    ap.add_argument("--long-prompts", default=str(Path(__file__).resolve().parent / "long_prompts.jsonl"),
+                    help="long prompts (600-1,500 tokens) benched too, beside --long-tails, for the card")
+    ap.add_argument("--long-tails", default=str(Path(__file__).resolve().parent / "long_tails.jsonl"),
+                    help="the long prompts' last lines: the same places without the file above them")
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=3)
     ap.add_argument("--arch", choices=("dflash", "dflash2"), default="dflash",
@@ -102,11 +106,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def bench(target: str, drafter: str, max_tokens: int, repeats: int, prompts: str,
           compare: Optional[str] = None) -> dict:
-    """The project's `bench` command in a fresh process with one BLAS thread (the decoding default;
-    training's two threads would slow AR decoding and flatter the ratio)."""
+    """The project's `bench` command, with the settings a user gets by default, in a fresh process with
+    one BLAS thread (the decoding default; training's two threads would slow AR decoding and flatter
+    the ratio)."""
     command = [sys.executable, "-m", "engine.tools.cli", "bench", "--target", target, "--drafter", drafter,
                "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--repeats", str(repeats),
-               "--block-size", "16", "--raw", "--json"] + (["--compare-drafter", compare] if compare else [])
+               "--raw", "--json"] + (["--compare-drafter", compare] if compare else [])
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -199,47 +204,10 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
 {bench_section(args, result)}"""
 
 
-BENCH_HEADING = "## Benchmark"
-
-
-def bench_section(args, result: dict) -> str:
-    """The card's benchmark section, from `bench --json` output."""
-    def row(r: dict, label: str, why: str = "ended at its first token") -> str:
-        if not r["rounds"]:  # one token over no time is no rate, and there is no tau
-            return f"{label} - | - | - ({why}) | - | - | - |"
-        return (f"{label} {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | {r['speedup']:.2f}x | "
-                f"{r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |")
-
-    rows = "\n".join(row(r, f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` |") for r in result["per_prompt"])
-    return f"""## Benchmark (`bench`, T=0, block 16, {result['max_tokens']} tokens, {result['repeats']} repeat{'s' * (result['repeats'] != 1)}, AR and DFlash in one run)
-
-Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --block-size 16 --raw` (prompts encoded raw, as the pair was trained).
-
-Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device: this machine's CPU
-(BLAS: {result['blas'].split(' (')[0]}).
-
-| prompt | AR tok/s | DFlash tok/s | speedup | tau | draft ms | verify ms |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: |
-{rows}
-{row(result, "| **overall** |", "no prompt drafted")}
-
-Greedy outputs identical to AR on every prompt: {result['identical']}.{ended_note(result)}
-{compared_table(result)}{round_cost(result)}"""
-
-
-def round_cost(result: dict) -> str:
-    """What a round costs in AR steps, and where drafts were accepted (nothing when no round ran)."""
-    if not result["rounds"]:
-        return ""
-    return f"""
-A DFlash round (draft, verify, rollback, bookkeeping) costs {result['round_ms']:.2f} ms, the time of
-{result['round_in_ar_steps']:.2f} AR steps: DFlash breaks even at tau {result['round_in_ar_steps']:.2f} and reaches 2x
-at tau {2 * result['round_in_ar_steps']:.2f}. Share of rounds whose draft at block position k was accepted:
-
-| k | {" | ".join(str(k) for k in range(1, len(result['acceptance_by_position']) + 1))} |
-| --- | {" | ".join("---:" for _ in result['acceptance_by_position'])} |
-| accepted | {" | ".join(f"{a:.2f}" for a in result['acceptance_by_position'])} |
-"""
+def long_benches(args, drafter: str) -> tuple[dict, dict]:
+    """`bench` on the long prompts and on their tails, as the card's long-prompt section reports."""
+    return tuple(bench(args.target, drafter, args.bench_tokens, args.bench_repeats, prompts, args.compare_drafter)
+                 for prompts in (args.long_prompts, args.long_tails))
 
 
 def rebench(args) -> int:
@@ -251,9 +219,13 @@ def rebench(args) -> int:
         return 2
     result = bench(args.target, args.out, args.bench_tokens, args.bench_repeats, args.bench_prompts,
                    args.compare_drafter)
+    long, tails = long_benches(args, args.out)
     text = card.read_text()
     write_atomic(Path(args.out) / "bench.json", json.dumps(result, indent=2), "bench.json")
-    write_atomic(card, text[: text.index(BENCH_HEADING)] + bench_section(args, result), "the model card")
+    write_atomic(Path(args.out) / "bench_long.json", json.dumps({"long": long, "tails": tails}, indent=2),
+                 "bench_long.json")
+    write_atomic(card, text[: text.index(BENCH_HEADING)] + bench_section(args, result) + long_section(args, long, tails),
+                 "the model card")
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 
@@ -270,65 +242,6 @@ def corpus_mix(args, corpus_tokens: int) -> str:
         return ""
     return (f",\n  that text repeated {args.corpus_in_mix} times beside the corpus itself ({corpus_tokens:,} tokens of "
             "whole files, the target's greedy next tokens as labels: windows deep into real files)")
-
-
-def ended_note(result: dict) -> str:
-    """A sentence on the prompts whose output ended at its first token (no rounds: their tok/s are
-    one token over a prefill's remainder, and they weigh nothing in the overall figures)."""
-    ended = without_rounds(result["per_prompt"])
-    if not ended:
-        return ""
-    return (f"\n{len(ended)} of {len(result['per_prompt'])} prompts ended at their first token (the target "
-            f"wrote EOS at once), so DFlash never drafted there: their rows have no figures, and the overall "
-            f"figures come from the other {len(result['per_prompt']) - len(ended)}.")
-
-
-def reproduce_models(args) -> str:
-    """The bench flags that name this card's models, relative to the repository where they live there."""
-    def name(path: str) -> str:
-        p = Path(path).resolve()
-        return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
-
-    flags = f"--target {name(args.target)} --drafter {name(args.out)} "
-    return flags + (f"--compare-drafter {name(args.compare_drafter)} " if args.compare_drafter else "")
-
-
-def compared_table(result: dict) -> str:
-    """Per prompt, this drafter beside each `--compare-drafter` one, on the same AR runs."""
-    if not result.get("compared"):
-        return ""
-    others = result["compared"]
-
-    def x(v) -> str:
-        return "-" if v is None else f"{v:.2f}x"
-
-    def t(v) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
-    def ar_rate(r: dict) -> str:  # ended at its first token: one token over no time is no rate
-        return f"{r['ar_tok_s']:.1f}" if r["rounds"] else "-"
-
-    head = " | ".join(f"{Path(o['drafter']).name} speedup | tau" for o in others)
-    rows = "\n".join(
-        f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {ar_rate(r)} | {x(r['speedup'])} | "
-        f"{t(r['mean_acceptance_length'])} | "
-        + " | ".join(f"{x(o['per_prompt'][i]['speedup'])} | {t(o['per_prompt'][i]['mean_acceptance_length'])}"
-                     for o in others) + " |"
-        for i, r in enumerate(result["per_prompt"]))
-    overall = (f"| **overall** | {ar_rate(result)} | {x(result['speedup'])} | "
-               f"{t(result['mean_acceptance_length'])} | "
-               + " | ".join(f"{x(o['speedup'])} | {t(o['mean_acceptance_length'])}" for o in others) + " |")
-    cols = 4 + 2 * len(others)  # prompt, AR tok/s, this drafter's speedup and tau, then two a drafter
-    return f"""
-### Beside {", ".join(f"`{Path(o['drafter']).name}`" for o in others)} (same AR runs, same bench)
-
-| prompt | AR tok/s | this speedup | tau | {head} |
-| {" | ".join(["---"] + ["---:"] * (cols - 1))} |
-{rows}
-{overall}
-
-Identical to AR: {" and ".join(str(o['identical']) for o in others)}.
-"""
 
 
 def train_stage(name: str, pair, tokens, held_tokens, out: Path, settings: TrainSettings, checkpoint: Path,
@@ -405,8 +318,11 @@ def main() -> int:
         rates.append(rate)
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts,
                    args.compare_drafter)
+    long, tails = long_benches(args, str(out))
     write_atomic(out / "bench.json", json.dumps(result, indent=2), "bench.json")
-    write_atomic(out / "MODEL_CARD.md", model_card(args, stages, corpus_tokens, result, rates), "the model card")
+    write_atomic(out / "bench_long.json", json.dumps({"long": long, "tails": tails}, indent=2), "bench_long.json")
+    write_atomic(out / "MODEL_CARD.md", model_card(args, stages, corpus_tokens, result, rates)
+                 + long_section(args, long, tails), "the model card")
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
 

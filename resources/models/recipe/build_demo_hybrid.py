@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 import build_demo_target as dense  # noqa: E402  (data, schedule, checkpoints, output: shared recipe)
-from build_demo_drafter import BENCH_HEADING  # noqa: E402  (where a card's figures start, as --rebench rewrites)
+from drafter_card import BENCH_HEADING  # noqa: E402  (where a card's figures start, as --rebench rewrites)
 from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 
