@@ -58,7 +58,8 @@ def verdict_cell(done: MethodDone, run: Optional[RunRecord]) -> tuple[str, str, 
     if done.cancelled:
         return "stopped", "stopped before the end: nothing to compare", "stopped"
     temperature, dtype = run_conditions(run) if run is not None else (0.0, "float32")
-    verdict = parity_verdict(done.identical, done.first_divergence, done.margin_at_divergence, temperature, dtype)
+    verdict = parity_verdict(done.identical, done.first_divergence, done.margin_at_divergence, temperature, dtype,
+                             method=done.method)
     first = done.first_divergence
     text = MARKS.get(verdict.kind, f"≈ near-tie at {first}" if verdict.kind == NEAR_TIE else f"✗ differs at {first}")
     return text, verdict.text, verdict.kind

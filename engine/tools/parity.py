@@ -68,19 +68,19 @@ class Verdict:
 
 
 def parity_verdict(identical: bool, first: Optional[int], margin: Optional[float], temperature: float,
-                   dtype: str) -> Verdict:
-    """What the comparison of AR's and DFlash's outputs says, at this temperature and logits dtype."""
+                   dtype: str, method: str = "DFlash") -> Verdict:
+    """What the comparison of AR's and `method`'s outputs says, at this temperature and logits dtype."""
     if temperature > 0:
         seen = "identical outputs" if identical else f"outputs differ from token {first}"
         if margin is not None:
             seen += f" (AR logit margin there {margin:.3g})"
         return Verdict(SAMPLES, None, (
-            f"{seen}; at temperature {temperature:g} AR and DFlash draw their random numbers differently, so "
-            "these are two samples and a token difference says nothing about correctness: DFlash is lossless "
+            f"{seen}; at temperature {temperature:g} AR and {method} draw their random numbers differently, so "
+            f"these are two samples and a token difference says nothing about correctness: {method} is lossless "
             "in distribution, which a check over many seeds tests (the statistical tests in tests/test_sampling.py)"))
     threshold = near_tie_threshold(dtype)
     if identical:
-        return Verdict(IDENTICAL, threshold, "identical: DFlash reproduced AR token for token")
+        return Verdict(IDENTICAL, threshold, f"identical: {method} reproduced AR token for token")
     if margin is None:
         return Verdict(LENGTH, threshold, f"outputs differ from token {first} (one output is longer)")
     rule = f"the near-tie threshold for {dtype_name(dtype)} logits"
