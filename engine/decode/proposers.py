@@ -1,12 +1,16 @@
-"""Who proposes a round's drafts.
+"""Who proposes a round's drafts: the DFlash drafter, context lookup, or a draft model.
 
-A proposer is what the round loop (engine/decode/speculative.py) asks for drafts: given the
-anchor, how many positions the round verifies and the anchor's absolute position, it returns a
-Proposal whose drafts are queued, not awaited (the loop builds the verify's graph while they
-compute); after the verify, `observe` tells it what the target saw, so it can keep its own state
-(the DFlash drafter keeps the target's taps of the committed positions as its context).
-
-`source` names it in round events and traces.
+A proposer is what the round loop (engine/decode/speculative.py) asks for drafts. Each has:
+- `prefill()`: run anything of its own over the prompt (a draft model's cache), during the run's
+  prefill;
+- `propose(anchor, length, position, room)`: a Proposal whose drafts are queued, not awaited (the
+  loop builds the verify's graph while they compute); `length` is the round's verify length, `room`
+  the tokens the run still wants;
+- `observe(committed, taps)`: what the round committed and the target's taps of those positions,
+  so it keeps its own state (the drafter's context, the lookup index, a draft model's cache);
+- `record(proposal, accepted)`: how its proposal fared;
+- `needs_taps`: whether the verify records the target's taps; `source`: its name in round events
+  and traces.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from engine.models.pair import LoadedPair
 
 DRAFTER = "drafter"
 LOOKUP = "lookup"
+DRAFT_MODEL = "draft-model"
 
 
 def no_drafts(source: str) -> Proposal:
@@ -39,6 +44,9 @@ class DrafterProposer:
         self.drafter, self.head, self.sampler = pair.drafter, pair.head, sampler
         self.cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
+
+    def prefill(self) -> None:
+        """Nothing of its own to run over the prompt: the target's taps are its context."""
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         """The target's taps (1, n, k*H) of the positions just committed (or of the prompt)."""
@@ -83,6 +91,9 @@ class LookupProposer:
         self.gate = LookupGate()
         self.vocab_size, self.sampler = vocab_size, sampler
 
+    def prefill(self) -> None:
+        """The prompt is in the index already."""
+
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         self.index.extend(list(committed))
 
@@ -100,7 +111,10 @@ class LookupProposer:
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         """The copied span: as long as the match earns (lookup.draft_length), at most `room` - 1."""
-        found = self.match(room - 1)
+        return self.proposal(self.match(room - 1))
+
+    def proposal(self, found: Optional[tuple[LookupMatch, int]]) -> Proposal:
+        """The Proposal of a match() (no drafts for None)."""
         if found is None:
             return no_drafts(self.source)
         match, n = found
@@ -122,6 +136,9 @@ class LookupThenDrafter:
     def __init__(self, drafter: DrafterProposer, lookup: LookupProposer):
         self.drafter, self.lookup = drafter, lookup
 
+    def prefill(self) -> None:
+        """Neither runs anything of its own over the prompt."""
+
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         self.drafter.observe(committed, taps)
         self.lookup.observe(committed, taps)
@@ -132,28 +149,11 @@ class LookupThenDrafter:
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         found = self.lookup.match(room - 1)
         if found is not None and found[0].match_depth >= LONG_FROM:
-            return self.lookup.propose(anchor, length, position, room)
+            return self.lookup.proposal(found)
         return self.drafter.propose(anchor, length, position, room)
 
     def context_width(self) -> int:
         return self.drafter.context_width()
-
-
-def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):
-    """The proposer a run's settings ask for."""
-    if settings.mode == "draft-model":
-        from engine.models.draft_model import draft_model_for
-
-        draft = draft_model_for(pair, settings.draft_model)
-        return DraftModelProposer(draft, prompt_ids, settings.num_draft, pair.head.vocab_size, sampler)
-    lookup = LookupProposer(prompt_ids, pair.head.vocab_size, sampler) if settings.lookup else None
-    if settings.mode == "lookup":
-        return lookup
-    drafter = DrafterProposer(pair, settings, sampler)
-    return LookupThenDrafter(drafter, lookup) if lookup is not None else drafter
-
-
-DRAFT_MODEL = "draft-model"
 
 
 class DraftModelProposer:
@@ -224,3 +224,17 @@ class DraftModelProposer:
 
     def context_width(self) -> int:
         return 0
+
+
+def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):
+    """The proposer a run's settings ask for."""
+    if settings.mode == "draft-model":
+        from engine.models.draft_model import draft_model_for
+
+        draft = draft_model_for(pair, settings.draft_model)
+        return DraftModelProposer(draft, prompt_ids, settings.num_draft, pair.head.vocab_size, sampler)
+    lookup = LookupProposer(prompt_ids, pair.head.vocab_size, sampler) if settings.lookup else None
+    if settings.mode == "lookup":
+        return lookup
+    drafter = DrafterProposer(pair, settings, sampler)
+    return LookupThenDrafter(drafter, lookup) if lookup is not None else drafter

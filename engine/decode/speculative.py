@@ -76,9 +76,7 @@ class SpeculativeDecoder(Decoder):
 
     def prefill(self):
         """The prompt into the target's caches, and into the proposer's own model when it has one."""
-        warm = getattr(self.proposer, "prefill", None)
-        if warm is not None:
-            warm()
+        self.proposer.prefill()
         return (yield from super().prefill())
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
