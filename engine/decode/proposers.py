@@ -207,6 +207,7 @@ class DraftModelProposer:
         for i in range(n):
             logits = self.model(feed, cache=self.cache)[0, -1]
             token, lq = self.sampler.draft(logits[None, : self.vocab_size])
+            mx.async_eval(token)  # computes while the next step's graph is built, as mlx-lm's loop does
             drafts.append(token[0])
             if lq is not None:
                 logq.append(lq[0])
