@@ -211,7 +211,14 @@ def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen
     assert w.errors == [] and w.parity_view.result.identical
     rounds = w.rounds_run.rounds
     assert rounds and all(r.verified == len(r.drafted) + 1 for r in rounds)
-    assert f"verified {rounds[0].verified} positions" in round_tooltip(rounds[0], w.rounds_run.table)
+    # what auto picks depends on this machine's timings: a round that drafted names its verified
+    # positions, a plain step says it is one
+    drafted = [r for r in rounds if r.drafted]
+    plain = [r for r in rounds if r.bonus_kind == "plain"]
+    for r in drafted[:1]:
+        assert f"verified {r.verified} positions" in round_tooltip(r, w.rounds_run.table)
+    for r in plain[:1]:
+        assert "a plain step (auto skipped the drafter" in round_tooltip(r, w.rounds_run.table)
     w.save_settings()
     from app.settings import load_settings
 
