@@ -108,6 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--synthetic-share", type=float, default=0.75)
     ap.add_argument("--drafter-steps", type=int, default=400)
     ap.add_argument("--drafter-init", help="start the drafter from this one's weights (build_demo_drafter.py --init)")
+    ap.add_argument("--drafter-batch", type=int, default=8, help="build_demo_drafter.py --batch")
     ap.add_argument("--drafter-corpus-in-mix", type=int, default=0,
                     help="build_demo_drafter.py --corpus-in-mix: stage 2 also trains on whole corpus files")
     ap.add_argument("--drafter-distill", type=int, default=600, help="greedy continuations the drafter trains on")
@@ -252,7 +253,7 @@ def train_drafter(args) -> None:
            "--line-prompts", str(args.drafter_line_prompts),
            "--bench-tokens", str(args.bench_tokens),
            "--bench-repeats", str(args.bench_repeats),
-           "--corpus-in-mix", str(args.drafter_corpus_in_mix)]
+           "--corpus-in-mix", str(args.drafter_corpus_in_mix), "--batch", str(args.drafter_batch)]
     if args.drafter_init:
         cmd += ["--init", args.drafter_init]
     if args.resume:
