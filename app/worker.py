@@ -23,7 +23,7 @@ import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
 from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled
 from engine.models.doctor import check_pair
-from engine.decode.events import RoundEvent, StartEvent, SummaryEvent
+from engine.decode.events import StartEvent, SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
 from app.errors import is_out_of_memory, user_message
@@ -246,47 +246,28 @@ class Worker(QObject):
         method's settings and the draft model are checked before anything runs, and the prefix cache
         lets every method after the first start from the prompt's prefill. After each method its
         figures against the AR run and, where its output differs from AR's, AR's logit margin there."""
-        from engine.models.draft_model import draft_model_for
         from engine.tools.bench import figures
-        from engine.tools.race import method_settings
+        from engine.tools.race import checked_methods, race_prompt
         from engine.tools.trace import header_record
 
         put = self.outbox.put
         pair = self._loaded_pair()
         ids = encode_prompt(pair.tokenizer, job.prompt, job.chat, job.thinking)
         prompt = {"text": job.prompt, "format": format_name(job.chat)}
-        settings = {m: method_settings(job.settings, m) for m in job.methods}
-        for s in settings.values():
-            s.resolved(pair)
-        if "draft-model" in settings:  # a wrong path fails now, before AR runs, and loads once
-            draft_model_for(pair, job.settings.draft_model)
-        ar: Optional[SummaryEvent] = None
-        finished = []
-        for method in job.methods:
-            if job.cancel.cancelled:
-                break
-            summary, rounds = None, []
-            for event in engine_generate.generate(pair, ids, settings[method], job.cancel, prefix=self.prefix):
-                if isinstance(event, StartEvent):
-                    put(EngineEvent(method, event, header_record(event, prompt)))
-                    continue
-                put(EngineEvent(method, event))
-                if isinstance(event, RoundEvent):
-                    rounds.append(event)
-                elif isinstance(event, SummaryEvent):
-                    summary = event
-            if summary is None:
-                break
-            cancelled = summary.stop_reason == "cancelled"
-            ar = ar or summary
-            where = engine_parity.first_divergence(ar.token_ids, summary.token_ids)
-            margin = None
-            if where is not None and not cancelled and where < min(len(ar.token_ids), len(summary.token_ids)):
-                margin = engine_parity.logit_margin(pair, ids, ar.token_ids[:where])
-            put(MethodDone(method, figures([ar], [summary], rounds), where is None, where, margin, cancelled))
-            if cancelled:
-                break
-            finished.append(method)
+        per_method = checked_methods(pair, job.settings, job.methods)
+        runs, finished = [], []
+        for method, event in race_prompt(pair, ids, per_method, job.cancel, prefix=self.prefix, runs=runs):
+            put(EngineEvent(method, event, header_record(event, prompt) if isinstance(event, StartEvent) else None))
+            if isinstance(event, SummaryEvent):  # that method is done: its figures against AR's run
+                run, ar = runs[-1], runs[0].summary
+                cancelled = event.stop_reason == "cancelled"
+                where = engine_parity.first_divergence(ar.token_ids, event.token_ids)
+                margin = None
+                if where is not None and not cancelled and where < min(len(ar.token_ids), len(event.token_ids)):
+                    margin = engine_parity.logit_margin(pair, ids, ar.token_ids[:where])
+                put(MethodDone(method, figures([ar], [event], run.rounds), where is None, where, margin, cancelled))
+                if not cancelled:
+                    finished.append(method)
         put(RaceDone(finished, job.cancel.cancelled))
         return True
 

@@ -10,15 +10,18 @@ model files for both: the comparison is of the loops).
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Optional
 
 from engine.decode.cancel import CancelToken
+from engine.decode.decoder import generate
+from engine.decode.events import Event, RoundEvent, SummaryEvent
+from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
-from engine.tools.bench import figures, check_prompts, run_once, warm_up
+from engine.tools.bench import check_prompts, figures, warm_up
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
 
@@ -43,6 +46,46 @@ def method_settings(settings: GenerationSettings, method: str) -> GenerationSett
         "dflash+lookup": replace(base, mode="dflash", lookup=True),
         "draft-model": replace(base, mode="draft-model"),
     }[method]
+
+
+def checked_methods(pair: LoadedPair, settings: GenerationSettings, methods: list[str]) -> dict[str, GenerationSettings]:
+    """Each method's settings, every one checked against the pair (and a draft model loaded) before
+    anything runs: a wrong setting or path fails at once."""
+    per_method = {m: method_settings(settings, m) for m in methods}
+    for s in per_method.values():
+        s.resolved(pair)
+    if "draft-model" in per_method:
+        from engine.models.draft_model import draft_model_for
+
+        draft_model_for(pair, settings.draft_model)
+    return per_method
+
+
+@dataclass
+class MethodRun:
+    """One method's run of a prompt in a race."""
+    method: str
+    summary: Optional[SummaryEvent] = None
+    rounds: list[RoundEvent] = field(default_factory=list)
+
+
+def race_prompt(pair: LoadedPair, ids: list[int], per_method: dict[str, GenerationSettings],
+                cancel: Optional[CancelToken] = None, prefix: Optional[PrefixCache] = None,
+                runs: Optional[list[MethodRun]] = None) -> Iterator[tuple[str, Event]]:
+    """Every method on one prompt, in order (AR first): yields (method, event) as they run and fills
+    `runs` with each method's summary and rounds. Stops after a method that was cancelled."""
+    runs = runs if runs is not None else []
+    for method, settings in per_method.items():
+        run = MethodRun(method)
+        runs.append(run)
+        for event in generate(pair, ids, settings, cancel, prefix=prefix):
+            if isinstance(event, RoundEvent):
+                run.rounds.append(event)
+            elif isinstance(event, SummaryEvent):
+                run.summary = event
+            yield method, event
+        if run.summary is None or run.summary.stop_reason == "cancelled":
+            return
 
 
 def mlx_lm_speculative_tok_s(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> float:
@@ -80,9 +123,7 @@ def run_race(
         raise DFlashError("the draft-model method needs --draft-model (a small model with the target's tokenizer).")
     if with_mlx_lm and not settings.draft_model:
         raise DFlashError("--with-mlx-lm races mlx-lm's speculative generation: it needs --draft-model too.")
-    per_method = {m: method_settings(settings, m) for m in methods}
-    for s in per_method.values():  # every method checked before anything is measured
-        s.resolved(pair)
+    per_method = checked_methods(pair, settings, methods)
     check_prompts(pair, prompts, settings.max_tokens)
     progress("warm-up")
     all_ids = [ids for _, ids in prompts]
@@ -94,10 +135,12 @@ def run_race(
         mine = {m: ([], []) for m in methods}
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            for m in methods:
-                summary, rounds, _ = run_once(pair, ids, per_method[m], cancel)
-                mine[m][0].append(summary)
-                mine[m][1].extend(rounds)
+            done: list[MethodRun] = []
+            for _ in race_prompt(pair, ids, per_method, cancel, runs=done):
+                pass
+            for run in done:
+                mine[run.method][0].append(run.summary)
+                mine[run.method][1].extend(run.rounds)
             if with_mlx_lm:
                 reference.append(mlx_lm_speculative_tok_s(pair, ids, settings))
         ar_runs = mine["ar"][0]
