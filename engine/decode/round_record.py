@@ -7,7 +7,7 @@ Stages, in the order the loop marks them:
   queued -> built     the verify's graph is built (Python work: verify time)
   built -> drafted    waiting for the drafts (draft time)
   drafted -> verified the verify, acceptance and the tables evaluated (verify time)
-  verified -> rolled  rollback and the proposer's update (rollback time)
+  verified -> rolled  the target's rollback (rollback time); the round's end (`t`)
 
 The tables: on a GPU their MLX graphs are queued with the verify and evaluated with it (`queue`);
 on the CPU they are computed on the host from the evaluated logits (engine/decode/why.py says

@@ -134,10 +134,11 @@ class SpeculativeDecoder(Decoder):
 
         drafted = proposal.drafts.tolist()
         self.rollback.after_verify(accepted, len(drafted) + 1)
+        rec.mark("rolled")
+
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, : accepted + 1] if taps is not None else None)
         self.proposer.record(proposal, accepted)
-        rec.mark("rolled")
 
         if self.verify_length is not None and proposal.source == DRAFTER:
             self.verify_length.record(len(drafted), accepted)
