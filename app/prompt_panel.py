@@ -60,6 +60,7 @@ class PromptPanel(QGroupBox):
                                      "length. Lossless whatever it is.")
         self.draft_sink = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_sink)
         self.draft_sink.setToolTip("...and the first N positions of the context, beside the window")
+        self.draft_window.valueChanged.connect(lambda w: self.draft_sink.setEnabled(w > 0))
 
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}
@@ -136,7 +137,7 @@ class PromptPanel(QGroupBox):
             sampling=sampling,
             auto=self.block_auto.isChecked(),
             draft_window=self.draft_window.value(),
-            draft_sink=self.draft_sink.value(),
+            draft_sink=self.draft_sink.value() if self.draft_window.value() else 0,  # no sink beside the whole context
         )
 
     def set_capabilities(self, has_chat_template: bool, has_thinking: bool) -> None:

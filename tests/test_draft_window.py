@@ -116,3 +116,33 @@ def test_doctor_and_the_trace_say_what_the_drafter_keeps(qwen3_tied_dirs, tmp_pa
     assert header["settings"]["draft_window"] == 6 and header["settings"]["draft_sink"] == 2
     assert "full-attention" in header["model"]["drafter_context"]
     assert all(r["draft_context"] == 8 for r in records if r.get("type") == "round" and r["drafted"])
+
+
+def test_a_whole_context_needs_no_sink_flag(qwen3_tied_dirs, tmp_path):
+    """--draft-window 0 alone keeps the whole context (the default sink goes with the default window
+    only); the defaults keep a window and a sink; an explicit sink with no window is still refused."""
+    import json
+
+    from app.cli import main
+    from engine.decode.settings import DEFAULTS
+
+    assert DEFAULTS.draft_window > 0 and DEFAULTS.draft_sink > 0
+    common = ["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+              "--prompt", LONG, "--raw", "--max-tokens", "4"]
+    for extra, expected in ((["--draft-window", "0"], (0, 0)), ([], (DEFAULTS.draft_window, DEFAULTS.draft_sink))):
+        trace = tmp_path / f"t{len(extra)}.jsonl"
+        assert main(common + extra + ["--trace", str(trace)]) == 0
+        settings = json.loads(trace.read_text().splitlines()[0])["settings"]
+        assert (settings["draft_window"], settings["draft_sink"]) == expected
+    assert main(common + ["--draft-window", "0", "--draft-sink", "4"]) == 2
+
+
+def test_the_window_sends_no_sink_beside_the_whole_context(qtbot):
+    from app.prompt_panel import PromptPanel
+
+    panel = PromptPanel()
+    qtbot.addWidget(panel)
+    assert panel.draft_sink.isEnabled() and panel.settings().draft_sink > 0
+    panel.draft_window.setValue(0)
+    assert not panel.draft_sink.isEnabled()
+    assert panel.settings().draft_sink == 0 and panel.settings().draft_window == 0

@@ -59,11 +59,20 @@ def _settings(args, mode: str):
         stop_strings=tuple(getattr(args, "stop", ())),
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
-        draft_sink=getattr(args, "draft_sink", DEFAULTS.draft_sink),
+        draft_sink=draft_sink(args),
         lookup=getattr(args, "lookup", False),
         draft_model=getattr(args, "draft_model", None),
         num_draft=getattr(args, "num_draft", DEFAULTS.num_draft),
     )
+
+
+def draft_sink(args) -> int:
+    """The sink the user gave, else the default one with a window and none without (a sink beside the
+    whole context means nothing, so `--draft-window 0` alone must not trip over the default sink)."""
+    given = getattr(args, "draft_sink", None)
+    if given is not None:
+        return given
+    return DEFAULTS.draft_sink if getattr(args, "draft_window", DEFAULTS.draft_window) else 0
 
 
 def _chat_flag(args) -> Optional[bool]:
@@ -243,7 +252,7 @@ def cmd_calibrate(args) -> int:
     pair = _load(args)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
-                               window=args.draft_window, sink=args.draft_sink, progress=progress)
+                               window=args.draft_window, sink=draft_sink(args), progress=progress)
     points = [curve.at(p.depth) for p in curve.points()]
     if args.json:
         print(json.dumps({**asdict(curve), "cached": cached,

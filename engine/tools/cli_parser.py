@@ -79,8 +79,9 @@ def _add_draft_context(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-window", type=int, default=DEFAULTS.draft_window, metavar="N",
                    help="the drafter sees the last N context positions (full-attention drafter layers; "
                         f"sliding ones keep their trained window); 0 keeps all (default {DEFAULTS.draft_window})")
-    p.add_argument("--draft-sink", type=int, default=DEFAULTS.draft_sink, metavar="N",
-                   help=f"...and the first N positions, with a window (default {DEFAULTS.draft_sink})")
+    p.add_argument("--draft-sink", type=int, default=None, metavar="N",
+                   help=f"...and the first N positions, with a window (default {DEFAULTS.draft_sink}; "
+                        "none with --draft-window 0)")
 
 
 def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.ArgumentParser:
