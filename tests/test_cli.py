@@ -241,6 +241,7 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
         assert {"speedup", "mean_acceptance_length", "identical", "per_prompt"} <= set(m)
         assert len(m["per_prompt"]) == 2 and m["ar_tokens"] == result["methods"]["ar"]["ar_tokens"]
         assert m["identical"] is True, name
+        assert m["verdict"] == "identical" and all(r["verdict"] == "identical" for r in m["per_prompt"]), name
     assert result["mlx_lm_speculative_tok_s"] > 0 and result["draft_model_vs_mlx_lm"] > 0
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -250,3 +251,33 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     assert main(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts),
                  "--methods", "draft-model"]) == 2
     assert "needs --draft-model" in capsys.readouterr().err
+
+
+def test_a_race_prices_a_difference_by_the_ar_logit_margin_where_it_starts(qwen3_tied_dirs):
+    """Where a method's output is not AR's, the race says where, by what AR logit margin, and whether
+    that is a floating-point near-tie or a real divergence, as parity does; a method's verdict is its
+    worst prompt's."""
+    from dataclasses import replace
+
+    from engine.decode.decoder import generate
+    from engine.decode.events import SummaryEvent
+    from engine.decode.settings import GenerationSettings
+    from engine.models.pair import load_pair
+    from engine.tools.parity import DIVERGENCE, NEAR_TIE, logit_margin, near_tie_threshold, output_verdict
+    from engine.tools.race import method_verdict
+
+    pair = load_pair(*qwen3_tied_dirs)
+    ids = pair.tokenizer.encode("import json\n")
+    ar = [e for e in generate(pair, ids, GenerationSettings(mode="ar", max_tokens=8)) if isinstance(e, SummaryEvent)][0]
+    flipped = list(ar.token_ids)
+    flipped[3] = (flipped[3] + 1) % 50
+    other = replace(ar, token_ids=flipped)
+    verdict = output_verdict(pair, ids, ar, other, 0.0, "lookup")
+    margin = logit_margin(pair, ids, ar.token_ids[:3])
+    expected = NEAR_TIE if margin < near_tie_threshold("float32") else DIVERGENCE
+    assert verdict.kind == expected and "token 3" in verdict.text and f"{margin:.3g}" in verdict.text
+    assert output_verdict(pair, ids, ar, ar, 0.0).kind == "identical"
+    assert output_verdict(pair, ids, ar, other, 1.0).kind == "samples"
+    rows = [{"verdict": "identical"}, {"verdict": NEAR_TIE}]
+    assert method_verdict(rows) == NEAR_TIE and method_verdict(rows + [{"verdict": DIVERGENCE}]) == DIVERGENCE
+    assert method_verdict([{"verdict": "identical"}]) == "identical"

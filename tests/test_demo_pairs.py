@@ -67,3 +67,20 @@ def test_first_runs_encode_the_prompt_as_the_pair_was_trained(target, drafter, c
     assert cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", SAMPLE_PROMPT,
                 "--max-tokens", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["prompt_token_ids"] == raw
+
+
+def test_the_bundled_draft_model_is_found_by_name_and_drafts_losslessly():
+    """`--draft-model demo-draft-model` finds the bundled draft model, as --target finds a demo target,
+    and its rounds accept drafts (it was distilled from the demo target) with AR's output."""
+    from engine.models.demo import DEMO_DRAFT_MODEL, bundled_model
+    from engine.models.paths import resolve_model_path
+
+    folder = bundled_model(DEMO_DRAFT_MODEL)
+    assert folder is not None and resolve_model_path(DEMO_DRAFT_MODEL) == folder
+    target, drafter = PAIRS[0]
+    pair = load_pair(target, drafter)
+    ids = encode_prompt(pair.tokenizer, SAMPLE_PROMPT, chat=False)
+    result = run_parity(pair, ids, GenerationSettings(mode="draft-model", draft_model=DEMO_DRAFT_MODEL,
+                                                      max_tokens=32))
+    assert result.identical, (result.first_divergence, result.margin_at_divergence)
+    assert result.dflash.mean_acceptance_length > 1.5

@@ -162,6 +162,17 @@ def logit_margin(pair: LoadedPair, prompt_ids: list[int], generated: list[int]) 
         return float((top2[1] - top2[0]).item())
 
 
+def output_verdict(pair: LoadedPair, prompt_ids: list[int], ar: SummaryEvent, other: SummaryEvent,
+                   temperature: float, method: str = "DFlash") -> Verdict:
+    """The parity verdict for two finished runs of one prompt (AR's first): at T = 0 a difference is
+    priced by AR's logit margin where it starts, so a floating-point near-tie is named as one."""
+    where = first_divergence(ar.token_ids, other.token_ids)
+    margin = None
+    if where is not None and where < len(ar.token_ids) and where < len(other.token_ids) and temperature == 0:
+        margin = logit_margin(pair, prompt_ids, ar.token_ids[:where])
+    return parity_verdict(where is None, where, margin, temperature, dtype_name(pair.head.dtype), method)
+
+
 def run_parity(
     pair: LoadedPair,
     prompt_ids: list[int],

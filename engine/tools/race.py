@@ -22,6 +22,7 @@ from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
 from engine.tools.bench import check_prompts, figures, warm_up
+from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
 
@@ -148,11 +149,14 @@ def run_race(
             summaries, rounds = mine[m]
             runs[m]["summaries"] += summaries
             runs[m]["rounds"] += rounds
+            verdict = output_verdict(pair, ids, ar_runs[0], summaries[0], settings.sampling.temperature, m)
             runs[m]["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
-                                          **figures(ar_runs, summaries, rounds)})
+                                          **figures(ar_runs, summaries, rounds),
+                                          "verdict": verdict.kind, "verdict_text": verdict.text})
     ar_all = runs["ar"]["summaries"]
     result = {
-        "methods": {m: {**figures(ar_all, r["summaries"], r["rounds"]), "per_prompt": r["per_prompt"]}
+        "methods": {m: {**figures(ar_all, r["summaries"], r["rounds"]), "verdict": method_verdict(r["per_prompt"]),
+                        "per_prompt": r["per_prompt"]}
                     for m, r in runs.items()},
         "prompts": len(prompts), "repeats": repeats, "max_tokens": settings.max_tokens,
         "temperature": settings.sampling.temperature, "blas": blas.status,
@@ -164,6 +168,16 @@ def run_race(
         result["mlx_lm_speculative_tok_s"] = round(sum(reference) / len(reference), 3)
         result["draft_model_vs_mlx_lm"] = round(ours / result["mlx_lm_speculative_tok_s"], 4) if ours and total else None
     return result
+
+
+def method_verdict(per_prompt: list[dict]) -> str:
+    """A method's verdict over its prompts: the worst of theirs (a divergence at a clear margin
+    outweighs near-ties, which outweigh identical outputs; at T > 0 outputs are samples)."""
+    kinds = {p["verdict"] for p in per_prompt}
+    for kind in (DIVERGENCE, LENGTH, SAMPLES, NEAR_TIE):
+        if kind in kinds:
+            return kind
+    return IDENTICAL
 
 
 def print_race(result: dict) -> None:
@@ -181,6 +195,10 @@ def print_race(result: dict) -> None:
     print("overall tok/s: " + ", ".join(f"{m} {result['methods'][m]['dflash_tok_s']:.1f}" for m in methods[1:])
           + f" (AR {result['methods']['ar']['ar_tok_s']:.1f})")
     print("identical to AR: " + ", ".join(f"{m} {result['methods'][m]['identical']}" for m in methods[1:]))
+    for m in methods[1:]:  # where a method's output was not AR's, the parity verdict and its margin
+        for row in result["methods"][m]["per_prompt"]:
+            if row["verdict"] != IDENTICAL:
+                print(f"  {m} on {row['prompt'][:30]!r}: {row['verdict_text']}")
     for m in methods[1:]:
         drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
         if drafted:
