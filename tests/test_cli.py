@@ -243,6 +243,7 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
         assert m["identical"] is True, name
         assert m["verdict"] == "identical" and all(r["verdict"] == "identical" for r in m["per_prompt"]), name
     assert result["mlx_lm_speculative_tok_s"] > 0 and result["draft_model_vs_mlx_lm"] > 0
+    assert result["mlx_lm_generation_tps"] > 0 and result["draft_model_after_first_round_tok_s"] > 0
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
@@ -281,3 +282,12 @@ def test_a_race_prices_a_difference_by_the_ar_logit_margin_where_it_starts(qwen3
     rows = [{"verdict": "identical"}, {"verdict": NEAR_TIE}]
     assert method_verdict(rows) == NEAR_TIE and method_verdict(rows + [{"verdict": DIVERGENCE}]) == DIVERGENCE
     assert method_verdict([{"verdict": "identical"}]) == "identical"
+
+
+def test_both_speculative_loops_are_timed_after_their_first_round():
+    """mlx-lm's generation_tps starts its clock at the first token, which its speculative loop yields
+    after a whole round; ours starts after the prefill. The race reads both past their first round."""
+    from engine.tools.race import after_first_round
+
+    assert after_first_round([0.1, 0.3, 0.6], [4, 2, 3]) == (5, 0.5)
+    assert after_first_round([0.2], [4]) == (0, 0.0)
