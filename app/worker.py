@@ -261,10 +261,8 @@ class Worker(QObject):
             if isinstance(event, SummaryEvent):  # that method is done: its figures against AR's run
                 run, ar = runs[-1], runs[0].summary
                 cancelled = event.stop_reason == "cancelled"
-                where = engine_parity.first_divergence(ar.token_ids, event.token_ids)
-                margin = None
-                if where is not None and not cancelled and where < min(len(ar.token_ids), len(event.token_ids)):
-                    margin = engine_parity.logit_margin(pair, ids, ar.token_ids[:where])
+                where, margin = engine_parity.divergence(pair, ids, ar.token_ids, event.token_ids,
+                                                         priced=not cancelled)
                 put(MethodDone(method, figures([ar], [event], run.rounds), where is None, where, margin, cancelled))
                 if not cancelled:
                     finished.append(method)

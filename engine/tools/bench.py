@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from engine.runtime import blas
 from engine.errors import DFlashError
@@ -69,8 +69,9 @@ def check_prompts(pair: LoadedPair, prompts: list[tuple[str, list[int]]], max_to
             raise DFlashError(f"prompt {n} ({text[:40]!r}): {exc}") from None
 
 
-def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
-    """mlx-lm's own greedy stream_generate on the same model and prompt: its generation tok/s."""
+def mlx_lm_responses(pair: LoadedPair, ids: list[int], max_tokens: int, **kwargs) -> Iterator[Any]:
+    """mlx-lm's own stream_generate (greedy) on the target and prompt, response by response, our taps
+    not recording: the reference loops (`kwargs`: e.g. its draft_model and num_draft_tokens)."""
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
@@ -78,10 +79,15 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
 
     if pair.taps is not None:
         pair.taps.recording = False
-    last = None
     with mx.stream(STREAM):
-        for last in stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=max_tokens):
-            pass
+        yield from stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=max_tokens, **kwargs)
+
+
+def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
+    """mlx-lm's own greedy generation on the same model and prompt: its generation tok/s."""
+    last = None
+    for last in mlx_lm_responses(pair, ids, max_tokens):
+        pass
     return float(last.generation_tps)
 
 

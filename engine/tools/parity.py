@@ -162,14 +162,21 @@ def logit_margin(pair: LoadedPair, prompt_ids: list[int], generated: list[int]) 
         return float((top2[1] - top2[0]).item())
 
 
+def divergence(pair: LoadedPair, prompt_ids: list[int], ar: list[int], other: list[int],
+               priced: bool = True) -> tuple[Optional[int], Optional[float]]:
+    """Where two outputs of one prompt part (None: identical) and, when `priced`, AR's logit margin
+    there (None where one output is a prefix of the other: no token was chosen differently)."""
+    where = first_divergence(ar, other)
+    if not priced or where is None or where >= min(len(ar), len(other)):
+        return where, None
+    return where, logit_margin(pair, prompt_ids, ar[:where])
+
+
 def output_verdict(pair: LoadedPair, prompt_ids: list[int], ar: SummaryEvent, other: SummaryEvent,
                    temperature: float, method: str = "DFlash") -> Verdict:
     """The parity verdict for two finished runs of one prompt (AR's first): at T = 0 a difference is
     priced by AR's logit margin where it starts, so a floating-point near-tie is named as one."""
-    where = first_divergence(ar.token_ids, other.token_ids)
-    margin = None
-    if where is not None and where < len(ar.token_ids) and where < len(other.token_ids) and temperature == 0:
-        margin = logit_margin(pair, prompt_ids, ar.token_ids[:where])
+    where, margin = divergence(pair, prompt_ids, ar.token_ids, other.token_ids, priced=temperature == 0)
     return parity_verdict(where is None, where, margin, temperature, dtype_name(pair.head.dtype), method)
 
 
@@ -191,9 +198,6 @@ def run_parity(
             if isinstance(event, SummaryEvent):
                 summaries[mode] = event
     ar, df = summaries["ar"], summaries["dflash"]
-    where = first_divergence(ar.token_ids, df.token_ids)
-    margin = None
-    if where is not None and where < len(ar.token_ids) and where < len(df.token_ids):
-        margin = logit_margin(pair, prompt_ids, ar.token_ids[:where])
+    where, margin = divergence(pair, prompt_ids, ar.token_ids, df.token_ids)
     return ParityResult(where is None, where, margin, ar, df, temperature=settings.sampling.temperature,
                         logits_dtype=dtype_name(pair.head.dtype))

@@ -21,7 +21,7 @@ from engine.decode.settings import GenerationSettings
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
-from engine.tools.bench import check_prompts, figures, warm_up
+from engine.tools.bench import check_prompts, figures, mlx_lm_responses, warm_up
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
@@ -106,24 +106,17 @@ def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSet
     own generation_tps."""
     import time
 
-    import mlx.core as mx
-    from mlx_lm.generate import stream_generate
-
     from engine.models.draft_model import draft_model_for
-    from engine.runtime.streams import STREAM
 
     draft = draft_model_for(pair, settings.draft_model)
-    if pair.taps is not None:
-        pair.taps.recording = False
     ends, counts, last, n = [], [], None, 0
-    with mx.stream(STREAM):
-        for last in stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=settings.max_tokens,
-                                    draft_model=draft.model, num_draft_tokens=settings.num_draft):
-            n += 1
-            if not last.from_draft:  # the round's own token: its last
-                ends.append(time.perf_counter())
-                counts.append(n)
-                n = 0
+    for last in mlx_lm_responses(pair, ids, settings.max_tokens, draft_model=draft.model,
+                                 num_draft_tokens=settings.num_draft):
+        n += 1
+        if not last.from_draft:  # the round's own token: its last
+            ends.append(time.perf_counter())
+            counts.append(n)
+            n = 0
     tokens, seconds = after_first_round(ends, counts)
     return tokens, seconds, float(last.generation_tps) if last is not None else 0.0
 
