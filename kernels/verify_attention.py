@@ -18,7 +18,8 @@ compiled then: NumPy needs concrete arrays).
 
 The reference is `reference` (pure MLX ops), and MLX's own `mx.fast.scaled_dot_product_attention`
 is held to it too (tests/test_verify_attention.py). engine/models/kernel_dispatch.py installs the
-dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks), and inside whole_sequences()
+dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) deep enough to repay the
+host's per-layer sync (MIN_HOST_SCORES), and inside whole_sequences()
 whole sequences run without a cache (the drafter trainer's target pass), take the host path on the
 CPU; one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.
 """
@@ -34,6 +35,12 @@ import numpy as np
 
 MAX_ROWS = 64  # query rows per call that the dispatcher sends here: verify blocks
 CHUNK_SCORES = 1 << 22  # score elements per chunk of rows (16 MB of float32)
+# Verify blocks with fewer score elements (query heads x rows x keys) than this stay MLX's: the host
+# path evaluates q, k and v at every layer, a fixed ~0.1 ms a layer that a small block's attention
+# does not repay. Measured with `calibrate` on the demo target (4 heads), verify cost in AR steps:
+# 2-4 rows after 32 tokens 1.38-1.41 host vs 1.14-1.16 MLX, after 512 tokens 1.38 vs 1.22-1.27;
+# 3+ rows after 1,536 tokens host wins (4 rows 1.23 vs 1.42). The crossover is 12-20k elements.
+MIN_HOST_SCORES = 1 << 14
 
 Mask = Union[None, str, mx.array]
 # Whole sequences run without a cache take the host path only inside whole_sequences(): NumPy needs
@@ -159,11 +166,14 @@ def host_attention_trainable(scale: float, mask: Mask) -> Callable[[mx.array, mx
 
 def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
                max_rows: Optional[int] = MAX_ROWS) -> bool:
-    """Calls the host path handles: float32, 2..max_rows query rows (None: any), a plain, causal
-    or boolean mask, no attention sinks."""
+    """Calls the host path handles: float32, 2..max_rows query rows (None: any, for whole sequences)
+    with at least MIN_HOST_SCORES score elements when max_rows is set, a plain, causal or boolean
+    mask, no attention sinks."""
     if q.dtype != mx.float32 or k.dtype != mx.float32 or sinks is not None or q.ndim != 4:
         return False
     if q.shape[2] < 2 or (max_rows is not None and q.shape[2] > max_rows) or q.shape[1] % k.shape[1]:
+        return False
+    if max_rows is not None and q.shape[1] * q.shape[2] * k.shape[2] < MIN_HOST_SCORES:
         return False
     if isinstance(mask, str):
         return mask == "causal"

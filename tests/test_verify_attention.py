@@ -78,9 +78,11 @@ def test_gradients_equal_the_references(monkeypatch):
 
 def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
     sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
-    q, k, v = _qkv(4, 2, 16, 40, 16)
+    q, k, v = _qkv(4, 2, 16, 300, 16)
     plain = object()
-    assert isinstance(sdpa(q, k, v, plain, 0.25, "causal"), mx.array)  # a verify block
+    assert isinstance(sdpa(q, k, v, plain, 0.25, "causal"), mx.array)  # a verify block deep in a context
+    assert va.MIN_HOST_SCORES > 4 * 2 * 300 and 4 * 16 * 300 >= va.MIN_HOST_SCORES
+    assert sdpa(q[:, :, :2], k, v, plain, 0.25, "causal") == "stock"  # too small to repay the host's sync
     assert sdpa(q[:, :, :1], k, v, plain, 0.25, None) == "stock"  # a one-token step: AR unchanged
     prefill = mx.zeros((1, 4, va.MAX_ROWS + 1, 16))
     assert sdpa(prefill, k, v, plain, 0.25, "causal") == "stock"
@@ -92,7 +94,7 @@ def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
         bits = 4
 
     assert sdpa(q, k, v, Quantized(), 0.25, "causal") == "stock"
-    assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 40))) == "stock"  # an additive float mask
+    assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 300))) == "stock"  # an additive float mask
 
 
 def test_a_whole_sequence_without_a_cache_takes_the_trainable_host_path():
