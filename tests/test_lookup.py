@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.decode.lookup import LookupGate, LookupIndex, draft_length
+from engine.decode.lookup import LookupGate, LookupIndex, ShallowCopyJudge, agreed, draft_length
 
 
 def _reference(seq: list[int], min_n: int, max_n: int, max_draft: int, cap: int):
@@ -267,3 +267,28 @@ def test_bad_sizes_are_refused():
         LookupIndex(min_n=4, max_n=3)
     with pytest.raises(ValueError):
         LookupIndex(max_n=5, depth_cap=4)
+
+
+def test_agreed_is_the_common_prefix_of_a_copy_and_what_was_committed():
+    assert agreed([5, 6, 7, 8], [5, 6, 9]) == 2
+    assert agreed([5, 6], [5, 6, 7]) == 2  # agreed with all it had
+    assert agreed([4, 6], [5, 6]) == 0
+
+
+def test_shallow_copies_are_judged_on_this_runs_evidence():
+    judge = ShallowCopyJudge(window=4, min_samples=3)
+    judge.drafter_round(3)
+    judge.copy_round(4)
+    judge.copy_round(4)
+    assert not judge.prefers_copy()  # two samples are not evidence yet
+    judge.copy_round(4)
+    assert judge.prefers_copy()  # copies commit 4 a round, the drafter 3
+    for _ in range(3):
+        judge.drafter_round(6)
+    assert not judge.prefers_copy()  # the drafter's recent 5.25 beats the copies' 4
+    for _ in range(4):
+        judge.copy_round(1)
+    assert not judge.prefers_copy()
+    for _ in range(4):  # only the last `window` copies count: the run moved into text it re-emits
+        judge.copy_round(7)
+    assert judge.prefers_copy()

@@ -110,3 +110,22 @@ def test_a_copy_verified_by_speculative_sampling_leaves_the_target_distribution(
         accepted_any += accepted > 0
     assert chisquare([counts[i] for i in range(4)], [x * n for x in p]).pvalue > 1e-3, counts
     assert 0.2 * n < accepted_any < 0.4 * n  # the copy kept with probability p(2) = 0.3
+
+
+def test_a_copy_ends_autos_plain_stretch(alternating_dirs, oracle_ids, monkeypatch):
+    """Where auto finds drafting does not pay it runs plain steps in stretches; with --lookup a copy
+    that runs deep ends the stretch, and the copies are verified as in fixed-length rounds."""
+    from engine.decode.verify_length import VerifyLengthController
+
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)  # drafting never pays
+    pair = load_pair(*alternating_dirs)
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    plain, plain_rounds = run(pair, ids, max_tokens=80, auto=True)
+    assert plain.token_ids == ar.token_ids and not any(r.source == "lookup" for r in plain_rounds)
+    mixed, rounds = run(pair, ids, max_tokens=80, auto=True, lookup=True)
+    assert mixed.token_ids == ar.token_ids
+    copies = [i for i, r in enumerate(rounds) if r.source == "lookup"]
+    assert copies and sum(len(rounds[i].drafted) for i in copies) > 40  # most of the output came as copies
+    assert all(r.source == "lookup" for r in rounds[copies[0]:])  # once the copy runs deep, only copies
+    assert len(rounds) < len(plain_rounds) / 4

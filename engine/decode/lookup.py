@@ -215,3 +215,47 @@ class LookupGate:
         if self.poor_in_row >= self.poor_limit:
             self.parked_for = self.park_rounds
             self.poor_in_row = self.poor_limit - 1  # after the park, one poor probe parks again
+
+
+def agreed(copy: list[int], committed: list[int]) -> int:
+    """Tokens a copy would have had accepted in a round that committed `committed` (greedy: the
+    committed tokens are the target's choices there): their common prefix. Where the copy agrees
+    with all of them, what the target would have said next is unknown, so it is a lower bound."""
+    n = 0
+    for a, b in zip(copy, committed):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+class ShallowCopyJudge:
+    """Whether DFlash rounds should verify a shallow copy (a match shallower than LONG_FROM) instead of
+    the drafter's block, from this run's own evidence.
+
+    Deep copies always win a round (LookupThenDrafter); shallow ones are mostly boilerplate in code,
+    but in text that re-emits its context (a file edited in place, a table continued) the copy is
+    right again a token or two after each change, and the drafter, guessing fresh text, is not. So
+    every round with a shallow match is a sample: the tokens the copy committed, or, in a round the
+    drafter took, would have committed (`agreed` + 1, a lower bound); the drafter's rounds are
+    samples of what it commits. A shallow copy is taken while the recent copies' mean is at least
+    the drafter's: a copy round is the cheaper of the two (a few positions verified, no draft).
+    """
+
+    def __init__(self, window: int = 8, min_samples: int = 3):
+        self.window, self.min_samples = window, min_samples
+        self.copies: list[int] = []  # tokens committed per round, latest last
+        self.drafter: list[int] = []
+
+    def prefers_copy(self) -> bool:
+        if len(self.copies) < self.min_samples:
+            return False
+        if not self.drafter:
+            return True
+        return sum(self.copies) / len(self.copies) >= sum(self.drafter) / len(self.drafter)
+
+    def copy_round(self, committed: int) -> None:
+        self.copies = (self.copies + [committed])[-self.window:]
+
+    def drafter_round(self, committed: int) -> None:
+        self.drafter = (self.drafter + [committed])[-self.window:]

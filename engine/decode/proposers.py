@@ -19,7 +19,8 @@ from typing import Optional
 
 import mlx.core as mx
 
-from engine.decode.lookup import LONG_FROM, LookupGate, LookupIndex, LookupMatch, draft_length
+from engine.decode.lookup import (LONG_FROM, LookupGate, LookupIndex, LookupMatch, ShallowCopyJudge, agreed,
+                                  draft_length)
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
@@ -128,13 +129,18 @@ class LookupProposer:
 class LookupThenDrafter:
     """DFlash rounds that verify a copied span instead of the drafter's block where the copy runs
     deep (at least lookup.LONG_FROM tokens already agree) and long drafts have not kept missing:
-    there a copy is usually right for longer than a block. Both keep their state every round."""
+    there a copy is usually right for longer than a block. A shallower copy is verified where this
+    run's shallow copies have committed at least as much as the drafter's blocks (ShallowCopyJudge).
+    Both keep their state every round."""
 
     source = DRAFTER
     needs_taps = True
 
     def __init__(self, drafter: DrafterProposer, lookup: LookupProposer):
         self.drafter, self.lookup = drafter, lookup
+        self.judge = ShallowCopyJudge()
+        self.shallow: Optional[list[int]] = None  # this round's shallow copy, verified or not
+        self.took_shallow = False
 
     def prefill(self) -> None:
         """Neither runs anything of its own over the prompt."""
@@ -142,13 +148,28 @@ class LookupThenDrafter:
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         self.drafter.observe(committed, taps)
         self.lookup.observe(committed, taps)
+        if self.shallow is not None and not self.took_shallow:  # the copy the drafter's round passed over
+            self.judge.copy_round(agreed(self.shallow, committed) + 1)
+        self.shallow = None
 
     def record(self, proposal: Proposal, accepted: int) -> None:
         self.lookup.record(proposal, accepted)
+        if proposal.source == DRAFTER and proposal.drafts.size:
+            self.judge.drafter_round(accepted + 1)
+        elif self.took_shallow:
+            self.judge.copy_round(accepted + 1)
+
+    def copy_ready(self) -> bool:
+        """Whether a copy would be verified now (auto's plain steps end there)."""
+        found = self.lookup.match(LOOKUP_MAX_DRAFT)
+        return found is not None and (found[0].match_depth >= LONG_FROM or self.judge.prefers_copy())
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         found = self.lookup.match(room - 1)
-        if found is not None and found[0].match_depth >= LONG_FROM:
+        deep = found is not None and found[0].match_depth >= LONG_FROM
+        self.shallow = found[0].tokens[: found[1]] if found is not None and not deep else None
+        self.took_shallow = self.shallow is not None and self.judge.prefers_copy()
+        if deep or self.took_shallow:
             return self.lookup.proposal(found)
         return self.drafter.propose(anchor, length, position, room)
 

@@ -85,6 +85,8 @@ class SpeculativeDecoder(Decoder):
         self.proposer.observe([anchor], context)  # the first token, sampled from the prompt's prefill
         while not self.cancel.cancelled:
             plain = self.verify_length.plain_stretch(self.position) if self.verify_length is not None else 0
+            if plain > 1 and self.copy_ready():
+                plain = 0  # a round: it verifies the copy
             rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
             for event in rounds:
                 self.stats.add(event)
@@ -95,6 +97,11 @@ class SpeculativeDecoder(Decoder):
                 anchor = event.bonus
                 self.position += event.accepted + 1
                 index += 1
+
+    def copy_ready(self) -> bool:
+        """Whether the proposer has a copy worth verifying now (--lookup; never without it)."""
+        ready = getattr(self.proposer, "copy_ready", None)
+        return ready is not None and ready()
 
     @property
     def keeps_taps(self) -> bool:
@@ -156,9 +163,13 @@ class SpeculativeDecoder(Decoder):
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
         """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
         the next forward is queued before this token is read. Taps are kept for the drafter; there
-        is nothing to roll back. The last token is never fed: it is the next round's anchor."""
+        is nothing to roll back. The last token is never fed: it is the next round's anchor.
+        With lookup on, each token is read before the next forward is queued, and a copy worth
+        verifying (the proposer's copy_ready) ends the stretch: a copy is where auto's plain steps
+        lose most against a round."""
         model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
+        watch = self.settings.lookup
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
             with self.taps.capture():
@@ -171,10 +182,16 @@ class SpeculativeDecoder(Decoder):
         t0 = time.perf_counter()
         for i in range(n):
             token_array, taps = queued
-            queued = step(token_array) if i + 1 < n else None
+            more = i + 1 < n
+            if more and not watch:
+                queued = step(token_array)
             token = int(token_array.item())
             committed, _ = self.out.add_many([token])
             self.proposer.observe(committed, taps)
+            if more and watch:
+                more = not self.copy_ready()
+                if more:
+                    queued = step(token_array)
             self.verify_length.skipped()
             t1 = time.perf_counter()
             yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,
@@ -182,5 +199,5 @@ class SpeculativeDecoder(Decoder):
                              verify_ms=round((t1 - t0) * 1000.0, 4), rollback_ms=0.0, t=t1 - self.t_first,
                              generated=len(self.out.tokens), verified=1)
             anchor, t0 = token, t1
-            if self.out.stop_reason is not None or self.cancel.cancelled:
+            if not more or self.out.stop_reason is not None or self.cancel.cancelled:
                 return

@@ -44,7 +44,9 @@ def method_settings(settings: GenerationSettings, method: str) -> GenerationSett
         "dflash": replace(base, mode="dflash"),
         "dflash-auto": replace(base, mode="dflash", auto=True),
         "lookup": replace(base, mode="lookup"),
-        "dflash+lookup": replace(base, mode="dflash", lookup=True),
+        # the cost curve and recent acceptance pick each round's source and length (auto), as the
+        # issue asks: a copy, the drafter's block, or a plain step where neither pays
+        "dflash+lookup": replace(base, mode="dflash", lookup=True, auto=True),
         "draft-model": replace(base, mode="draft-model"),
     }[method]
 
