@@ -18,7 +18,7 @@ from engine import json_text
 from engine.errors import DFlashError
 from engine.safe_write import write_atomic
 from engine.decode.prompts import PROMPT_FORMATS
-from engine.decode.settings import DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
+from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -40,7 +40,7 @@ class AppSettings:
     seed: int = DEFAULTS.sampling.seed
     max_tokens: int = DEFAULTS.max_tokens
     block_size: int = 0  # 0: the drafter's own
-    block_auto: bool = False  # --block-size auto: the verify length chosen each round
+    block_auto: bool = AUTO_BY_DEFAULT  # --block-size auto: the verify length chosen each round
     draft_window: int = DEFAULTS.draft_window  # 0: the drafter's whole context
     draft_sink: int = DEFAULTS.draft_sink
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()

@@ -51,6 +51,8 @@ def choose(window, dirs, prompt: str | None = None, **settings) -> None:
     for name, value in settings.items():
         if name == "mode":
             p.set_mode(value)
+        elif isinstance(value, bool):
+            getattr(p, name).setChecked(value)
         else:
             getattr(p, name).setValue(value)
 

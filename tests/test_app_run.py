@@ -30,7 +30,7 @@ def point_of_token(view, token_index):
 def test_dflash_run_views_hold_the_engine_events(qtbot, make_window, request, dirs_name):
     dirs = request.getfixturevalue(dirs_name)
     w = make_window()
-    choose(w, dirs, PROMPTS[0], max_tokens=40)
+    choose(w, dirs, PROMPTS[0], max_tokens=40, block_auto=False)  # fixed blocks: every event a round
     run_and_wait(qtbot, w)
     assert w.errors == []
     run = w.rounds_run
@@ -140,7 +140,7 @@ def test_stop_mid_run_with_esc(qtbot, make_window, qwen3_tied_dirs):
     run = w.rounds_run
     assert run.summary.stop_reason == "cancelled"
     assert run.summary.num_generated < 4000
-    assert w.rounds.rounds_model.rowCount() == run.summary.num_rounds
+    assert w.rounds.rounds_model.rowCount() == run.summary.num_rounds + run.summary.num_plain_steps  # auto's too
     assert w.output.plain_text() == run.summary.text
     assert w.errors == [] and w.prompt.run_button.isEnabled() and not w.prompt.stop_button.isEnabled()
     # Still usable: Ctrl+Enter runs again, to the end this time.
@@ -154,7 +154,7 @@ def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs):
     """A diverging case built honestly: at temperature 1 AR and DFlash draw their random numbers
     differently (speculative sampling), so with the same seed their outputs differ."""
     w = make_window()
-    choose(w, qwen3_tied_dirs, PROMPTS[3], max_tokens=24, mode="both", temperature=1.0, seed=3)
+    choose(w, qwen3_tied_dirs, PROMPTS[3], max_tokens=24, mode="both", temperature=1.0, seed=3, block_auto=False)
     run_and_wait(qtbot, w)
     ar, df = w.runs["ar"], w.runs["dflash"]
     result = w.parity_view.result

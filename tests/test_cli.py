@@ -54,7 +54,7 @@ def test_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
 
 def test_parity_command(qwen3_tied_dirs, capsys):
     out = run_json(capsys, ["parity", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[0], "--raw",
-                            "--max-tokens", "32", "--json"])
+                            "--max-tokens", "32", "--block-size", "16", "--json"])  # fixed: every step a round
     assert out["identical"] is True and out["first_divergence"] is None and out["margin_at_divergence"] is None
     assert out["speedup"] == pytest.approx(out["dflash_tok_s"] / out["ar_tok_s"], rel=1e-3)
     # Tokens = the prefill's first + tau per round, so speedup ~ tau / (a round's cost in AR steps).
@@ -68,8 +68,8 @@ def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:2]) + "\n")
     out = run_json(capsys, ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw",
-                            "--max-tokens", "16", "--repeats", "2", "--json"])
-    assert len(out["per_prompt"]) == 2
+                            "--max-tokens", "16", "--repeats", "2", "--block-size", "16", "--json"])
+    assert len(out["per_prompt"]) == 2 and out["auto"] is False and out["block_size"] == 16
     for row in [out] + out["per_prompt"]:
         for key in ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms",
                     "rollback_ms"):
@@ -291,3 +291,16 @@ def test_both_speculative_loops_are_timed_after_their_first_round():
 
     assert after_first_round([0.1, 0.3, 0.6], [4, 2, 3]) == (5, 0.5)
     assert after_first_round([0.2], [4]) == (0, 0.0)
+
+
+def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
+    """auto is what a user gets (the measured default, engine/decode/settings.py); a number fixes the block."""
+    from engine.tools.cli import _settings
+    from engine.tools.cli_parser import build_parser
+
+    parser = build_parser()
+    for command in (["generate", "--prompt", "x"], ["parity", "--prompt", "x"], ["bench", "--prompts", "p.jsonl"]):
+        settings = _settings(parser.parse_args(command), "dflash")
+        assert settings.auto is True and settings.block_size is None
+        fixed = _settings(parser.parse_args(command + ["--block-size", "8"]), "dflash")
+        assert fixed.auto is False and fixed.block_size == 8

@@ -29,7 +29,7 @@ def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
     assert header["prompt_ids"] == out["prompt_token_ids"]
     assert header["prompt"] == {"text": PROMPTS[0], "format": "raw"}
     rounds = [r for r in records if r["type"] == "round"]
-    assert len(rounds) == out["num_rounds"]
+    assert len(rounds) == out["num_rounds"] + out["num_plain_steps"]  # auto's plain steps are recorded too
     for r in rounds:
         for key in ("index", "position", "anchor", "drafted", "accepted", "bonus", "committed", "draft_ms",
                     "verify_ms", "rollback_ms"):
@@ -83,7 +83,8 @@ def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
     trace, chrome = tmp_path / "run.jsonl", tmp_path / "run.chrome.json"
     assert cli(["generate", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
                 "--prompt", PROMPTS[0], "--raw", "--max-tokens", "30", "--trace", str(trace), "--json"]) == 0
-    n_rounds = json.loads(capsys.readouterr().out)["num_rounds"]
+    out = json.loads(capsys.readouterr().out)
+    n_rounds = out["num_rounds"] + out["num_plain_steps"]  # a plain step is a verify of one position
     assert cli(["export", str(trace), "--chrome", str(chrome)]) == 0
     events = json.loads(chrome.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]

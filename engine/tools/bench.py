@@ -100,7 +100,7 @@ def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEv
         # No rounds (the output ended at its first token): both runs were one prefill, so a ratio
         # would be noise, not a speedup.
         "speedup": round(df_tok_s / ar_tok_s, 4) if ar_tok_s and rounds else None,
-        "rounds": len(rounds),
+        "rounds": stats.rounds,  # rounds that verified; auto's plain steps are plain_steps
         "mean_acceptance_length": stats.tau,
         "draft_ms": stats.mean_draft_ms,
         "verify_ms": stats.mean_verify_ms,
@@ -192,6 +192,7 @@ def run_bench(
         "repeats": repeats,
         "max_tokens": settings.max_tokens,
         "block_size": df_settings.resolved(pair).block_size,
+        "auto": df_settings.resolved(pair).auto,  # block_size then caps each round's verify length
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,

@@ -146,10 +146,13 @@ def cmd_generate(args) -> int:
             "prefill_s": summary.prefill_s,
             "mean_acceptance_length": summary.mean_acceptance_length,
             "num_rounds": summary.num_rounds,
+            "num_plain_steps": summary.num_plain_steps,  # auto's steps with the drafter skipped
             "stop_reason": summary.stop_reason,
         }))
     else:
         rounds = f", {summary.num_rounds} rounds" if summary.num_rounds else ""
+        if summary.num_plain_steps:
+            rounds += f", {summary.num_plain_steps} plain steps"
         if summary.mean_acceptance_length is not None:  # None when no round drafted (block size 1)
             rounds = f", tau {summary.mean_acceptance_length:.2f}{rounds}"
         print(f"\n[{summary.mode}: {summary.num_generated} tokens, {summary.tok_per_s:.1f} tok/s{rounds}, "

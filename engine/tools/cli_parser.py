@@ -7,7 +7,7 @@ import argparse
 from typing import Any, Callable, Optional
 
 import engine
-from engine.decode.settings import DEFAULTS, MAX_BLOCK, MODES, ROLLBACK_MODES
+from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, MAX_BLOCK, MODES, ROLLBACK_MODES
 
 SAMPLING = DEFAULTS.sampling
 
@@ -58,9 +58,10 @@ def _block_size(text: str):
 
 
 def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--block-size", type=_block_size, metavar="N|auto",
-                   help=f"1..{MAX_BLOCK} (default: the drafter's), or auto: each round verifies as many "
-                        "drafts as pay off, from this machine's cost curve and the acceptance so far")
+    p.add_argument("--block-size", type=_block_size, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
+                   help=f"auto{' (the default)' if AUTO_BY_DEFAULT else ''}: each round verifies as many drafts "
+                        "as pay off, from this machine's cost curve (measured once, cached) and the acceptance "
+                        f"so far, up to the drafter's block; or N, 1..{MAX_BLOCK}: every round drafts N - 1")
     p.add_argument("--rollback", choices=ROLLBACK_MODES, default=DEFAULTS.rollback,
                    help=f"hybrid (GatedDeltaNet) targets: tape replay or re-run the recurrence "
                         f"(default: {DEFAULTS.rollback})")
