@@ -22,6 +22,9 @@ from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, MAX_BLOCK, MAX_DRA
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
+# 2: auto verify length became the default. A file written before held block_auto = false because
+# that was the default, not because its user chose it, so it is read as the new default.
+SCHEMA = 2
 
 
 @dataclass
@@ -46,6 +49,7 @@ class AppSettings:
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
     splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()
     center_tab: int = 0
+    schema: int = SCHEMA
 
     def remember(self, target: str, drafter: Optional[str]) -> None:
         """Put a pair that loaded at the front of the recent lists."""
@@ -125,6 +129,9 @@ def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[st
         except OSError:
             where = ""
         return defaults, f"the settings file {path} was corrupt and has been reset to defaults{where}."
+    if data.get("schema", 1) == 1 and data.get("block_auto") is False:
+        data.pop("block_auto")
+    data.pop("schema", None)  # what the file was written with; the settings are this version's now
     values, bad = {}, []
     for f in fields(AppSettings):
         if f.name not in data:

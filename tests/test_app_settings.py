@@ -333,3 +333,16 @@ def test_a_screenshot_window_never_writes_settings(qtbot, make_window):
     w.prompt.set_prompt("not to be kept")
     w.prompt.max_tokens.setValue(33)
     assert not w.autosave.timer.isActive() and not settings_path().exists()
+
+
+def test_a_file_from_before_auto_was_the_default_gets_auto_and_a_choice_since_is_kept(tmp_path):
+    """block_auto false in a file written before schema 2 was the old default, not a choice."""
+    from app.settings import SCHEMA, load_settings, save_settings
+
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"block_auto": False, "max_tokens": 77}))
+    settings, notice = load_settings(path)
+    assert notice is None and settings.block_auto is True and settings.max_tokens == 77
+    settings.block_auto = False  # the user unticks it: that is a choice, kept from now on
+    assert save_settings(settings, path) is None and json.loads(path.read_text())["schema"] == SCHEMA
+    assert load_settings(path)[0].block_auto is False
