@@ -8,7 +8,9 @@ an AR step's is one. Which block size pays off follows from this curve at the ru
 the acceptance a run sees. Measured at a few depths (DEPTHS, up to the target's context): a
 prompt of that many tokens is prefilled once, then per L = 1..block `repeats` verifies of L
 tokens, with taps and (for hybrid targets) tape recording as in a round, each followed by
-putting the caches back (engine/models/cache_state.py); as many single-token AR steps and
+putting the caches back (engine/models/cache_state.py) and by a single-token AR step (every
+figure is used as a ratio to the AR step's median, so one busy moment must not move it: with one
+AR step a repeat, the demo target's step at 1,536 tokens once measured 24.7 ms for 13); as many
 drafts (the drafter's context kept as the run's draft window and sink keep it); the median
 of each. `at(depth)` interpolates between depths (linearly; past the deepest, along its last
 segment). Cached per target and drafter files, block, window, device and BLAS in the user cache.
@@ -49,7 +51,7 @@ class CalibrationCancelled(DFlashError):
 
 CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
 DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
-SCHEMA = 3  # 2: draft time per block length; 3: depths
+SCHEMA = 4  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify
 
 
 @dataclass
@@ -204,7 +206,8 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
             if cancel.cancelled:
                 raise CalibrationCancelled("calibration was cancelled.")
             verify[length - 1].append(_timed_verify(pair, cache, verify_ids[:, :length], rollback, ar=False))
-        ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, ar=True))
+            # an AR step beside every verify: every ratio is to this median, so it gets the most samples
+            ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, ar=True))
         if pair.drafter is not None:
             for length in range(2, block + 1):
                 draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink))
