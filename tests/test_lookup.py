@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.decode.lookup import LookupGate, LookupIndex, ShallowCopyJudge, agreed, draft_length
+from engine.decode.lookup import LookupGate, LookupIndex, ShallowCopyJudge, common_prefix, draft_length
 
 
 def _reference(seq: list[int], min_n: int, max_n: int, max_draft: int, cap: int):
@@ -269,10 +269,10 @@ def test_bad_sizes_are_refused():
         LookupIndex(max_n=5, depth_cap=4)
 
 
-def test_agreed_is_the_common_prefix_of_a_copy_and_what_was_committed():
-    assert agreed([5, 6, 7, 8], [5, 6, 9]) == 2
-    assert agreed([5, 6], [5, 6, 7]) == 2  # agreed with all it had
-    assert agreed([4, 6], [5, 6]) == 0
+def test_a_copy_agrees_with_a_round_for_their_common_prefix():
+    assert common_prefix([5, 6, 7, 8], [5, 6, 9]) == 2
+    assert common_prefix([5, 6], [5, 6, 7]) == 2  # agreed with all it had
+    assert common_prefix([4, 6], [5, 6]) == 0
 
 
 def test_shallow_copies_are_judged_on_this_runs_evidence():

@@ -217,13 +217,13 @@ class LookupGate:
             self.poor_in_row = self.poor_limit - 1  # after the park, one poor probe parks again
 
 
-def agreed(copy: list[int], committed: list[int]) -> int:
-    """Tokens a copy would have had accepted in a round that committed `committed` (greedy: the
-    committed tokens are the target's choices there): their common prefix. Where the copy agrees
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens a and b share. For a copy against what a round committed (greedy: the
+    target's choices there) it is how many the copy would have had accepted; where the copy agrees
     with all of them, what the target would have said next is unknown, so it is a lower bound."""
     n = 0
-    for a, b in zip(copy, committed):
-        if a != b:
+    for x, y in zip(a, b):
+        if x != y:
             break
         n += 1
     return n
@@ -237,7 +237,7 @@ class ShallowCopyJudge:
     but in text that re-emits its context (a file edited in place, a table continued) the copy is
     right again a token or two after each change, and the drafter, guessing fresh text, is not. So
     every round with a shallow match is a sample: the tokens the copy committed, or, in a round the
-    drafter took, would have committed (`agreed` + 1, a lower bound); the drafter's rounds are
+    drafter took, would have committed (`common_prefix` + 1, a lower bound); the drafter's rounds are
     samples of what it commits. A shallow copy is taken while the recent copies' mean is at least
     the drafter's: a copy round is the cheaper of the two (a few positions verified, no draft).
     """

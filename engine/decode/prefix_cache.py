@@ -20,6 +20,7 @@ from typing import Optional
 
 import mlx.core as mx
 
+from engine.decode.lookup import common_prefix
 from engine.models.cache_state import CacheMark, restore
 from engine.models.pair import LoadedPair
 
@@ -61,7 +62,7 @@ class PrefixCache:
         entry, self._entry = self._entry, None
         if entry is None or entry.pair is not pair or (need_taps and entry.taps is None):
             return None
-        shared = _common_prefix(entry.prompt_ids, prompt_ids)
+        shared = common_prefix(entry.prompt_ids, prompt_ids)
         whole = shared == len(prompt_ids) == len(entry.prompt_ids) and entry.logits is not None
         # a partial reuse leaves at least one token to compute: its logits start the output
         limit = shared if whole else min(shared, len(prompt_ids) - 1)
@@ -87,12 +88,3 @@ class PrefixCache:
         done = max(marks)
         self._entry = _Entry(pair, list(prompt_ids[:done]), cache, marks, taps,
                              logits if done == len(prompt_ids) else None)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

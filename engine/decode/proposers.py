@@ -19,7 +19,7 @@ from typing import Optional
 
 import mlx.core as mx
 
-from engine.decode.lookup import (LONG_FROM, LookupGate, LookupIndex, LookupMatch, ShallowCopyJudge, agreed,
+from engine.decode.lookup import (LONG_FROM, LookupGate, LookupIndex, LookupMatch, ShallowCopyJudge, common_prefix,
                                   draft_length)
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
@@ -149,7 +149,7 @@ class LookupThenDrafter:
         self.drafter.observe(committed, taps)
         self.lookup.observe(committed, taps)
         if self.shallow is not None and not self.took_shallow:  # the copy the drafter's round passed over
-            self.judge.copy_round(agreed(self.shallow, committed) + 1)
+            self.judge.copy_round(common_prefix(self.shallow, committed) + 1)
         self.shallow = None
 
     def record(self, proposal: Proposal, accepted: int) -> None:
