@@ -304,3 +304,22 @@ def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
         assert settings.auto is True and settings.block_size is None
         fixed = _settings(parser.parse_args(command + ["--block-size", "8"]), "dflash")
         assert fixed.auto is False and fixed.block_size == 8
+
+
+def test_a_prompt_auto_decoded_in_plain_steps_alone_did_not_end_at_its_first_token(qwen3_tied_dirs, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """Where auto finds drafting never pays it decodes in plain steps, no rounds: that prompt has a
+    speedup like any other and is not one of those that ended at their first token."""
+    from engine.decode.verify_length import VerifyLengthController
+
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    args = ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "4"]
+    row = run_json(capsys, args + ["--json"])["per_prompt"][0]
+    assert row["rounds"] == 0 and row["plain_steps"] == 3 and row["speedup"] is not None
+    assert cli(args) == 0
+    text = capsys.readouterr().out
+    assert "ended at their first token" not in text
+    line = next(line for line in text.splitlines() if line.startswith(PROMPTS[0][:10].replace("\n", "\\n")))
+    assert any(c.isdigit() for c in line), line

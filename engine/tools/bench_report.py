@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 
+def decoded(r: dict) -> bool:
+    """Whether a bench row's DFlash runs went past their first token: rounds, or auto's plain steps."""
+    return bool(r["rounds"] or r.get("plain_steps"))
+
+
 def without_rounds(per_prompt: list[dict]) -> list[dict]:
     """The prompts whose output ended at its first token, before DFlash drafted anything."""
-    return [r for r in per_prompt if not r["rounds"]]
+    return [r for r in per_prompt if not decoded(r)]
 
 
 def _say_no_rounds(per_prompt: list[dict]) -> None:
@@ -29,7 +34,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
-            f"{row[c]:>14.3f}" if row[c] is not None and row["rounds"] else "-".rjust(14) for c in cols[1:]))
+            f"{row[c]:>14.3f}" if row[c] is not None and decoded(row) else "-".rjust(14) for c in cols[1:]))
     _say_no_rounds(result["per_prompt"])
     drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
     if drafted:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.tools.bench_report import without_rounds
+from engine.tools.bench_report import decoded, without_rounds
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -17,13 +17,14 @@ BENCH_HEADING = "## Benchmark"
 def bench_section(args, result: dict) -> str:
     """The card's benchmark section, from `bench --json` output."""
     def row(r: dict, label: str, why: str = "ended at its first token") -> str:
-        if not r["rounds"]:  # one token over no time is no rate, and there is no tau
+        if not decoded(r):  # one token over no time is no rate, and there is no tau
             return f"{label} - | - | - ({why}) | - | - | - |"
-        return (f"{label} {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | {r['speedup']:.2f}x | "
-                f"{r['mean_acceptance_length']:.2f} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} |")
+        # tau and the round times are None where auto ran plain steps only
+        return (f"{label} {r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | {_x(r['speedup'])} | "
+                f"{_t(r['mean_acceptance_length'])} | {_t(r['draft_ms'])} | {_t(r['verify_ms'])} |")
 
     rows = "\n".join(row(r, f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` |") for r in result["per_prompt"])
-    return f"""## Benchmark (`bench`, T=0, default settings, {result['max_tokens']} tokens, {result['repeats']} repeat{'s' * (result['repeats'] != 1)}, AR and DFlash in one run)
+    return f"""## Benchmark (`bench`, T=0, default settings ({settings_words(result)}), {result['max_tokens']} tokens, {result['repeats']} repeat{'s' * (result['repeats'] != 1)}, AR and DFlash in one run)
 
 Reproduce with `dflash-playground bench {reproduce_models(args)}--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {result['max_tokens']} --repeats {result['repeats']} --raw` (default settings; prompts encoded raw, as the pair was trained).
 
@@ -37,6 +38,13 @@ Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device
 
 Greedy outputs identical to AR on every prompt: {result['identical']}.{ended_note(result)}
 {compared_table(result)}{round_cost(result)}"""
+
+
+def settings_words(result: dict) -> str:
+    """The block setting a bench ran with, in words (results from before `auto` was reported: a fixed block)."""
+    if result.get("auto"):
+        return f"auto verify length, blocks up to {result['block_size']}"
+    return f"block {result['block_size']}"
 
 
 def round_cost(result: dict) -> str:
@@ -88,7 +96,7 @@ def compared_table(result: dict) -> str:
         return "-" if v is None else f"{v:.2f}"
 
     def ar_rate(r: dict) -> str:  # ended at its first token: one token over no time is no rate
-        return f"{r['ar_tok_s']:.1f}" if r["rounds"] else "-"
+        return f"{r['ar_tok_s']:.1f}" if decoded(r) else "-"
 
     head = " | ".join(f"{Path(o['drafter']).name} speedup | tau" for o in others)
     rows = "\n".join(
@@ -125,7 +133,7 @@ def long_section(args, long: dict, tails: dict) -> str:
     """The card's long-prompt figures: per prompt beside the same place without the file above it
     (the prompt's last lines alone), overall, and by context depth."""
     def cells(r: dict) -> str:
-        if not r["rounds"]:
+        if not decoded(r):
             return "- | - | - | -"
         return f"{r['ar_tok_s']:.1f} | {r['dflash_tok_s']:.1f} | {_x(r['speedup'])} | {_t(r['mean_acceptance_length'])}"
 
