@@ -146,7 +146,7 @@ def long_section(args, long: dict, tails: dict) -> str:
     ratio = long["speedup"] / tails["speedup"] if long["speedup"] and tails["speedup"] else None
     worst_text = f"{worst['speedup']:.2f}x, `{worst['prompt'][:40].replace(chr(10), '⏎')}`" if worst else "-"
     return f"""
-## Long prompts (`bench`, T=0, default settings, {long['max_tokens']} tokens)
+## Long prompts (`bench`, T=0, default settings ({settings_words(long)}), {long['max_tokens']} tokens)
 
 `{Path(args.long_prompts).name}`: library modules from outside the corpus, cut at a line end within 600-1,500
 tokens; beside each, the speedup on the same file's last 10 lines alone (`{Path(args.long_tails).name}`).
