@@ -149,7 +149,8 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
     (out / "MODEL_CARD.md").write_text("# drafter\n\nHow it was trained.\n\n## Benchmark\n\nold figures\n")
     assert build_demo_drafter.rebench(args) == 0
     card = (out / "MODEL_CARD.md").read_text()
-    assert card.startswith("# drafter\n\nHow it was trained.\n\n## Benchmark (`bench`, T=0, default settings, 12 tokens")
+    assert card.startswith("# drafter\n\nHow it was trained.\n\n## Benchmark (`bench`, T=0, default settings (auto "
+                           "verify length, blocks up to 16), 12 tokens")  # the setting a user gets, named
     assert "## Long prompts" in card and "tail alone" in card and "By context depth" in card
     assert json.loads((out / "bench_long.json").read_text())["long"]["identical"] is True
     assert "old figures" not in card and "| `def f(x):⏎` |" in card and "| `import os⏎` |" in card
