@@ -10,7 +10,9 @@ A proposer is what the round loop (engine/decode/speculative.py) asks for drafts
   so it keeps its own state (the drafter's context, the lookup index, a draft model's cache);
 - `record(proposal, accepted)`: how its proposal fared;
 - `needs_taps`: whether the verify records the target's taps; `source`: its name in round events
-  and traces.
+  and traces;
+- optionally `copy_ready()`: whether it would verify a copy now (DFlash rounds with lookup), so
+  auto's plain steps end there.
 """
 
 from __future__ import annotations
@@ -159,17 +161,22 @@ class LookupThenDrafter:
         elif self.took_shallow:
             self.judge.copy_round(accepted + 1)
 
+    def takes_copy(self, found: Optional[tuple[LookupMatch, int]]) -> bool:
+        """Whether a match is verified instead of the drafter's block: deep, or shallow while the judge
+        prefers copies."""
+        return found is not None and (found[0].match_depth >= LONG_FROM or self.judge.prefers_copy())
+
     def copy_ready(self) -> bool:
         """Whether a copy would be verified now (auto's plain steps end there)."""
-        found = self.lookup.match(LOOKUP_MAX_DRAFT)
-        return found is not None and (found[0].match_depth >= LONG_FROM or self.judge.prefers_copy())
+        return self.takes_copy(self.lookup.match(LOOKUP_MAX_DRAFT))
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         found = self.lookup.match(room - 1)
-        deep = found is not None and found[0].match_depth >= LONG_FROM
-        self.shallow = found[0].tokens[: found[1]] if found is not None and not deep else None
-        self.took_shallow = self.shallow is not None and self.judge.prefers_copy()
-        if deep or self.took_shallow:
+        takes = self.takes_copy(found)
+        shallow = found is not None and found[0].match_depth < LONG_FROM
+        self.shallow = found[0].tokens[: found[1]] if shallow else None
+        self.took_shallow = shallow and takes
+        if takes:
             return self.lookup.proposal(found)
         return self.drafter.propose(anchor, length, position, room)
 

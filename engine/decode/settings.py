@@ -33,9 +33,9 @@ DRAFT_SINK = 64
 MAX_DRAFT_CONTEXT = 1 << 20
 # What the command line and the window run when no block size is given: auto, each round verifying
 # as many drafts as pay off at the run's depth (engine/decode/verify_length.py). DFlash2 demo pair,
-# `bench --block-sizes 16,auto`, AR in the same run: long_prompts 1.64x (1 of 16 prompts below AR,
-# worst 0.97x) against 1.51x at the drafter's 16 (4 below, worst 0.80x); bench_prompts 2.96x against
-# 2.78x. A target's first auto run measures its cost curve (seconds, cached). GenerationSettings itself
+# `bench --block-sizes 16,auto`, AR in the same run: long_prompts 1.67x (1 of 16 prompts below AR,
+# worst 0.94x) against 1.52x at the drafter's 16 (3 below, worst 0.84x); bench_prompts 2.25x against
+# 2.06x. A target's first auto run measures its cost curve (seconds, cached). GenerationSettings itself
 # keeps a fixed block (auto=False): code that builds settings says what it wants.
 AUTO_BY_DEFAULT = True
 

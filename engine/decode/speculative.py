@@ -169,7 +169,7 @@ class SpeculativeDecoder(Decoder):
         lose most against a round."""
         model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
-        watch = self.settings.lookup
+        watch = hasattr(self.proposer, "copy_ready")  # --lookup: DFlash rounds that take copies
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
             with self.taps.capture():

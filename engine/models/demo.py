@@ -10,9 +10,9 @@ from typing import Optional
 DEMO_TARGET = "demo-target"
 DEMO_DRAFTER = "demo-dflash2-drafter"  # the faster of the demo target's drafters (their model cards)
 DEMO_V1_DRAFTER = "demo-drafter"
+DEMO_DRAFT_MODEL = "demo-draft-model"  # a small AR model of the demo target's tokenizer (--mode draft-model)
 # Every bundled pair, the default first (v1 is the default where the DFlash2 drafter is not
 # installed); the hybrid pair shows tape replay (GatedDeltaNet target).
-DEMO_DRAFT_MODEL = "demo-draft-model"  # a small AR model of the demo target's tokenizer (--mode draft-model)
 DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
               ("demo-hybrid-target", "demo-hybrid-drafter")]
 # Ends in a newline, as the bench prompts do: the demo tokenizer splits as Qwen's does, keeping a

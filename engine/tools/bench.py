@@ -186,13 +186,14 @@ def run_bench(
             for o, c in zip(others, compared)]
         overall["drafter"] = str(pair.drafter_path)
         overall.update(pair.drafter.cfg.generation_facts())
+    resolved = df_settings.resolved(pair)
     return {
         **overall,
         "prompts": len(prompts),
         "repeats": repeats,
         "max_tokens": settings.max_tokens,
-        "block_size": df_settings.resolved(pair).block_size,
-        "auto": df_settings.resolved(pair).auto,  # block_size then caps each round's verify length
+        "block_size": resolved.block_size,
+        "auto": resolved.auto,  # block_size then caps each round's verify length
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,
