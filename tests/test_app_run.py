@@ -78,7 +78,7 @@ def test_dflash_run_views_hold_the_engine_events(qtbot, make_window, request, di
 def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_dirs):
     """Greedy decoding is deterministic: the window's run equals one made here without the app."""
     w = make_window()
-    choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=24, block_size=4)
+    choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=24, block_size=4, block_auto=False)
     run_and_wait(qtbot, w)
     pair = load_pair(*qwen3_tied_dirs)
     ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
@@ -92,7 +92,7 @@ def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_di
 
 def test_round_selection_and_token_clicks_are_linked(qtbot, make_window, alternating_dirs):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[2], max_tokens=30, block_size=4)
+    choose(w, alternating_dirs, PROMPTS[2], max_tokens=30, block_size=4, block_auto=False)
     run_and_wait(qtbot, w)
     run = w.rounds_run
     assert len(run.rounds) >= 4

@@ -32,7 +32,7 @@ def _double_click_row(qtbot, view, row: int) -> None:
 
 def test_a_dflash2_round_lists_its_candidates_and_the_targets_rank(qtbot, make_window, dflash2_dirs):
     w = make_window()
-    choose(w, dflash2_dirs, PROMPTS[0], max_tokens=32, block_size=6)
+    choose(w, dflash2_dirs, PROMPTS[0], max_tokens=32, block_size=6, block_auto=False)
     run_and_wait(qtbot, w)
     assert w.errors == []
     assert "DFlash2 drafter" in w.models.status.text()  # the loaded pair names its drafter's generation
@@ -73,7 +73,7 @@ def test_a_dflash2_round_lists_its_candidates_and_the_targets_rank(qtbot, make_w
 
 def test_the_selector_plots_hold_the_runs_stats(qtbot, make_window, dflash2_dirs):
     w = make_window()
-    choose(w, dflash2_dirs, PROMPTS[1], max_tokens=32, block_size=6)
+    choose(w, dflash2_dirs, PROMPTS[1], max_tokens=32, block_size=6, block_auto=False)
     run_and_wait(qtbot, w)
     stats = selector_stats(w.rounds_run.rounds)
     judged = stats["judged"]
@@ -90,7 +90,7 @@ def test_the_selector_plots_hold_the_runs_stats(qtbot, make_window, dflash2_dirs
 
 def test_v1_runs_and_old_traces_show_the_empty_state(qtbot, make_window, alternating_dirs, tmp_path):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4)
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4, block_auto=False)
     run_and_wait(qtbot, w)
     view = w.selector_view
     assert view.empty.text() == V1 and not view.empty.isHidden() and view.body.isHidden()

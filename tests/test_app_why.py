@@ -11,7 +11,7 @@ from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: 
 
 def test_advise_fills_the_why_tab_from_the_run(qtbot, make_window, alternating_dirs):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[0], max_tokens=24, block_size=4)
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=24, block_size=4, block_auto=False)
     run_and_wait(qtbot, w)
     assert w.errors == []
     x, y = w.why_view.cal_curve.getData()
@@ -39,7 +39,7 @@ def test_advise_before_any_run_says_what_to_do(qtbot, make_window):
 
 def test_the_rounds_tooltip_says_where_the_block_broke(qtbot, make_window, alternating_dirs):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4)
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4, block_auto=False)
     run_and_wait(qtbot, w)
     model = w.rounds.model()
     index = model.index(0, 2)
