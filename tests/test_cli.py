@@ -293,6 +293,35 @@ def test_both_speculative_loops_are_timed_after_their_first_round():
     assert after_first_round([0.2], [4]) == (0, 0.0)
 
 
+
+def test_mlx_lm_and_our_loops_take_turns_going_first(qwen3_tied_dirs, monkeypatch):
+    """Their ratio is ~1.0, so an order bias (the second always on a machine the first warmed) would be
+    the size of what is measured: over prompts and repeats each goes first half the time."""
+    from engine.decode.settings import GenerationSettings
+    from engine.models.pair import load_pair
+    from engine.tools import race
+
+    pair = load_pair(*qwen3_tied_dirs)
+    order: list[str] = []
+    real_reference, real_race = race.mlx_lm_speculative, race.race_prompt
+
+    def reference(*args, **kwargs):
+        order.append("mlx-lm")
+        return real_reference(*args, **kwargs)
+
+    def ours(*args, **kwargs):
+        order.append("ours")
+        yield from real_race(*args, **kwargs)
+
+    monkeypatch.setattr(race, "mlx_lm_speculative", reference)
+    monkeypatch.setattr(race, "race_prompt", ours)
+    prompts = [(text, pair.tokenizer.encode(text)) for text in ("import json\n", "x = [1, 2, 3]\n")]
+    settings = GenerationSettings(mode="ar", max_tokens=6, draft_model=str(qwen3_tied_dirs[0]), num_draft=2)
+    result = race.run_race(pair, prompts, settings, ["ar", "draft-model"], repeats=2, with_mlx_lm=True)
+    pairs = [tuple(order[i : i + 2]) for i in range(0, len(order), 2)]
+    assert len(pairs) == 4 and set(pairs) == {("mlx-lm", "ours"), ("ours", "mlx-lm")}
+    assert pairs.count(("mlx-lm", "ours")) == 2 and result["draft_model_vs_mlx_lm"] > 0
+
 def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
     """auto is what a user gets (the measured default, engine/decode/settings.py); a number fixes the block."""
     from engine.tools.cli import _settings

@@ -153,13 +153,19 @@ def run_race(
         for r in range(repeats):
             progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
             done: list[MethodRun] = []
+            # mlx-lm's loop and ours take turns going first, so neither always runs on a machine the
+            # other has just warmed (or heated): their ratio is ~1, and an order bias would be its size
+            mlx_lm_first = with_mlx_lm and (n + r) % 2 == 0
+            if mlx_lm_first:
+                reference.append(mlx_lm_speculative(pair, ids, settings))
             for _ in race_prompt(pair, ids, per_method, cancel, runs=done):
                 pass
             for run in done:
                 mine[run.method][0].append(run.summary)
                 mine[run.method][1].extend(run.rounds)
             if with_mlx_lm:
-                reference.append(mlx_lm_speculative(pair, ids, settings))
+                if not mlx_lm_first:
+                    reference.append(mlx_lm_speculative(pair, ids, settings))
                 mine_run = next((run for run in done if run.method == "draft-model"), None)
                 if mine_run is not None:
                     ours_after_first.append(after_first_round([r.t for r in mine_run.rounds],
