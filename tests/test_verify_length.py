@@ -206,6 +206,9 @@ def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_of
     assert df.num_plain_steps == len(plain) and df.num_rounds == len(rounds) - len(plain) == len(probes)
     assert df.mean_verify_ms == pytest.approx(sum(r.verify_ms for r in probes) / len(probes), abs=1e-3)
     assert [r.index for r in rounds] == list(range(len(rounds)))
+    # Each round and plain step starts where the one before it ended (traces and the by-depth
+    # tables read these positions as context depths)
+    assert all(b.position == a.position + a.accepted + 1 for a, b in zip(rounds, rounds[1:]))
     # The same decisions one round at a time: the probes draft the same tokens, so the drafter
     # saw the same target taps for every plain token of a stretch.
     monkeypatch.setattr(VerifyLengthController, "plain_stretch", lambda self, depth=0: 0)

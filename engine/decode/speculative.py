@@ -169,6 +169,7 @@ class SpeculativeDecoder(Decoder):
         lose most against a round."""
         model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
+        start = self.position  # decode() moves self.position on as each step's event is taken
         watch = hasattr(self.proposer, "copy_ready")  # --lookup: DFlash rounds that take copies
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
@@ -194,7 +195,7 @@ class SpeculativeDecoder(Decoder):
                     queued = step(token_array)
             self.verify_length.skipped()
             t1 = time.perf_counter()
-            yield RoundEvent(index=index + i, position=self.position + i, anchor=anchor, drafted=[], accepted=0,
+            yield RoundEvent(index=index + i, position=start + i, anchor=anchor, drafted=[], accepted=0,
                              bonus=token, bonus_kind=PLAIN, committed=committed, draft_ms=0.0,
                              verify_ms=round((t1 - t0) * 1000.0, 4), rollback_ms=0.0, t=t1 - self.t_first,
                              generated=len(self.out.tokens), verified=1)
