@@ -6,8 +6,10 @@ on tiny checkpoints written to disk, and compares with the unsharded model in th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -32,10 +34,21 @@ TOKENS = 24
 NEAR_TIE = near_tie_threshold("float32")  # the tiny fixtures are float32
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(count: int) -> int:
+    """The first of `count` consecutive loopback ports free now (mlx.launch's ring takes one a rank,
+    from --starting-port up), below the ephemeral range where the OS hands out ports unasked."""
+    rng = random.Random()
+    for _ in range(200):
+        first = rng.randrange(20000, 30000)
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(first, first + count):
+                    s = stack.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError("no free loopback ports for the ring backend")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -53,10 +66,14 @@ def launch(argv: list[str], ranks: int = 2, timeout: float = 240, script: str | 
         program = [str(path)]
     else:
         program = ["-m", "engine.tools.cli"]
-    cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
-           "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_port()),
-           "--python", sys.executable, *program, *argv]
-    return subprocess.run(cmd, env=_env(**env), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    for attempt in range(3):
+        cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
+               "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_ports(ranks)),
+               "--python", sys.executable, *program, *argv]
+        proc = subprocess.run(cmd, env=_env(**env), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        if "Couldn't bind socket" not in proc.stderr:  # another process took a port between probe and bind
+            return proc
+    return proc
 
 
 def _json_lines(out: str) -> list[dict]:
@@ -307,7 +324,8 @@ def test_a_wrong_hostfile_is_one_line_and_exit_2(qwen3_tied_dirs, tmp_path):
 
 def test_a_rank_whose_peers_never_come_is_ended(qwen3_tied_dirs, tmp_path):
     hostfile = tmp_path / "hosts.json"
-    hostfile.write_text(json.dumps([[f"127.0.0.1:{_free_port()}"], [f"127.0.0.1:{_free_port()}"]]))
+    first = _free_ports(2)
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{first}"], [f"127.0.0.1:{first + 1}"]]))
     target, drafter = qwen3_tied_dirs
     proc = _as_rank_0(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x",
                        "--max-tokens", "2"], hostfile, DFLASH_JOIN_TIMEOUT="2")
