@@ -293,7 +293,6 @@ def test_both_speculative_loops_are_timed_after_their_first_round():
     assert after_first_round([0.2], [4]) == (0, 0.0)
 
 
-
 def test_mlx_lm_and_our_loops_take_turns_going_first(qwen3_tied_dirs, monkeypatch):
     """Their ratio is ~1.0, so an order bias (the second always on a machine the first warmed) would be
     the size of what is measured: over prompts and repeats each goes first half the time."""
@@ -321,6 +320,7 @@ def test_mlx_lm_and_our_loops_take_turns_going_first(qwen3_tied_dirs, monkeypatc
     pairs = [tuple(order[i : i + 2]) for i in range(0, len(order), 2)]
     assert len(pairs) == 4 and set(pairs) == {("mlx-lm", "ours"), ("ours", "mlx-lm")}
     assert pairs.count(("mlx-lm", "ours")) == 2 and result["draft_model_vs_mlx_lm"] > 0
+
 
 def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
     """auto is what a user gets (the measured default, engine/decode/settings.py); a number fixes the block."""

@@ -66,7 +66,7 @@ def launch(argv: list[str], ranks: int = 2, timeout: float = 240, script: str | 
         program = [str(path)]
     else:
         program = ["-m", "engine.tools.cli"]
-    for attempt in range(3):
+    for _ in range(3):
         cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
                "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_ports(ranks)),
                "--python", sys.executable, *program, *argv]
