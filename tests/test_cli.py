@@ -1,6 +1,7 @@
 """The CLI as users run it: generate, parity, bench, export."""
 
 import json
+import re
 
 import pytest
 
@@ -76,6 +77,10 @@ def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
             assert row[key] is not None and row[key] >= 0, key
         assert row["speedup"] == pytest.approx(row["dflash_tok_s"] / row["ar_tok_s"], rel=1e-2)
     assert out["per_prompt"][0]["ar_tokens"] == 2 * 16 and out["identical"] is True
+    for row in out["per_prompt"]:  # each run wrote the same 16 tokens: the pooled ratio lies between its repeats'
+        low, high = row["speedup_range"]
+        assert low <= high and low <= row["speedup"] * 1.001 and row["speedup"] <= high * 1.001
+    assert "speedup_range" not in out  # the overall figure pools every prompt: no one pair of runs to range over
     shares = out["acceptance_by_position"]
     assert 0 < len(shares) <= out["block_size"] - 1 and all(0 <= a <= 1 for a in shares)
     assert shares == sorted(shares, reverse=True)  # a draft is accepted only after all before it
@@ -90,7 +95,22 @@ def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):
     prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
     assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--max-tokens", "8"]) == 0
     out = capsys.readouterr().out
-    assert "OVERALL" in out and "speedup" in out and "break-even at tau" in out
+    assert "OVERALL" in out and "speedup" in out and "break-even at tau" in out and "repeats range" not in out
+    assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--max-tokens", "8",
+                "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(PROMPTS[0][:20].replace("\n", "\\n")))
+    assert "repeats range" in out and re.search(r"\d+\.\d\d-\d+\.\d\dx$", row), out
+
+
+def test_bench_says_which_prompts_below_ar_ran_above_it_in_a_repeat():
+    from engine.tools.bench_report import below_ar
+
+    rows = [{"speedup": 0.9, "speedup_range": [0.8, 1.1]}, {"speedup": 0.7, "speedup_range": [0.6, 0.8]},
+            {"speedup": 1.4, "speedup_range": [1.2, 1.6]}, {"speedup": 0.95, "speedup_range": None}]
+    assert below_ar(rows) == ("3 of 4 prompts below AR (1 of them at or above AR in a repeat: within the "
+                              "run-to-run spread)")
+    assert below_ar(rows[1:2]) == "1 of 1 prompts below AR"
 
 
 def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
@@ -242,11 +262,13 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
         assert len(m["per_prompt"]) == 2 and m["ar_tokens"] == result["methods"]["ar"]["ar_tokens"]
         assert m["identical"] is True, name
         assert m["verdict"] == "identical" and all(r["verdict"] == "identical" for r in m["per_prompt"]), name
+        assert all(r["speedup_range"] is None for r in m["per_prompt"])  # one repeat: no range
     assert result["mlx_lm_speculative_tok_s"] > 0 and result["draft_model_vs_mlx_lm"] > 0
     assert result["mlx_lm_generation_tps"] > 0 and result["draft_model_after_first_round_tok_s"] > 0
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
+    assert "prompts below AR" in out
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
     assert "unknown method(s) warp" in capsys.readouterr().err
     assert main(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts),

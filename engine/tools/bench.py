@@ -91,6 +91,16 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
     return float(last.generation_tps)
 
 
+def speedup_range(ar: list[SummaryEvent], df: list[SummaryEvent]) -> Optional[list[float]]:
+    """The lowest and highest speedup of one repeat's DFlash run over the AR run just before it, or
+    None with fewer than two repeats that decoded. How far one run strays from the pooled figure on
+    this machine: on a loaded laptop (or this project's 2-core VM, where one prompt's paired ratios
+    ran from 0.76x to 1.32x) a prompt pooled at 0.95x may be no slower than AR at all."""
+    paired = [d.tok_per_s / a.tok_per_s for a, d in zip(ar, df)
+              if a.num_generated > 1 and d.num_generated > 1 and a.tok_per_s > 0]
+    return [round(min(paired), 4), round(max(paired), 4)] if len(paired) > 1 else None
+
+
 def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     stats = RoundStats.of(rounds)
@@ -161,7 +171,8 @@ def run_bench(
                 other_rounds += rs
             if with_mlx_lm:
                 reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
-        row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds)}
+        row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds),
+               "speedup_range": speedup_range(ar_runs, df_runs)}
         if with_mlx_lm:
             # Medians over repeats; the ratio says whether our AR baseline is as fast as mlx-lm's.
             row["mlx_lm_tok_s"] = round(statistics.median(reference), 3)
@@ -170,7 +181,8 @@ def run_bench(
         per_prompt.append(row)
         for c, (summaries, other_rounds) in zip(compared, other_runs):
             c["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
-                                    **figures(ar_runs, summaries, other_rounds)})
+                                    **figures(ar_runs, summaries, other_rounds),
+                                    "speedup_range": speedup_range(ar_runs, summaries)})
             c["df"] += summaries
             c["rounds"] += other_rounds
         all_ar += ar_runs

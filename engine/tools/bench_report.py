@@ -28,21 +28,38 @@ def _ar_cell(result: dict, row: dict, width: int, overall: bool = False) -> str:
     return f"{row['ar_tok_s']:{width}.1f}" if row["ar_tokens"] > runs else "-".rjust(width)
 
 
+def _range_cell(row: dict) -> str:
+    """A prompt's lowest-highest speedup over its repeats ("" for OVERALL and single runs)."""
+    spread = row.get("speedup_range")
+    return f"{spread[0]:.2f}-{spread[1]:.2f}x".rjust(14) if spread else ""
+
+
+def below_ar(drafted: list[dict]) -> str:
+    """How many prompts ran below AR, and how many of those ran above it in some repeat."""
+    below = [r for r in drafted if r["speedup"] < 1.0]
+    within = sum(1 for r in below if r.get("speedup_range") and r["speedup_range"][1] >= 1.0)
+    said = f"{len(below)} of {len(drafted)} prompts below AR"
+    return said + (f" ({within} of them at or above AR in a repeat: within the run-to-run spread)" if within else "")
+
+
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
-    print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms", "verify ms", "rollback ms")))
+    spread = any(r.get("speedup_range") for r in result["per_prompt"])
+    print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms",
+                                                            "verify ms", "rollback ms"))
+          + ("repeats range".rjust(14) if spread else ""))
     for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
-            f"{row[c]:>14.3f}" if row[c] is not None and decoded(row) else "-".rjust(14) for c in cols[1:]))
+            f"{row[c]:>14.3f}" if row[c] is not None and decoded(row) else "-".rjust(14) for c in cols[1:])
+            + (_range_cell(row) if not overall else ""))
     _say_no_rounds(result["per_prompt"])
     drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
     if drafted:
         worst = min(drafted, key=lambda r: r["speedup"])
-        below = sum(r["speedup"] < 1.0 for r in drafted)
         tau = worst["mean_acceptance_length"]  # None when no round drafted (block size 1, auto gone plain)
         print(f"worst prompt: {worst['speedup']:.2f}x" + (f" (tau {tau:.2f})" if tau is not None else "")
-              + f" {worst['prompt'][:40]!r}; {below} of {len(drafted)} prompts below AR")
+              + f" {worst['prompt'][:40]!r}; {below_ar(drafted)}")
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")

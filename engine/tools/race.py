@@ -21,7 +21,8 @@ from engine.decode.settings import GenerationSettings
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
-from engine.tools.bench import check_prompts, figures, mlx_lm_responses, warm_up
+from engine.tools.bench import check_prompts, figures, mlx_lm_responses, speedup_range, warm_up
+from engine.tools.bench_report import below_ar
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
@@ -178,6 +179,7 @@ def run_race(
             verdict = output_verdict(pair, ids, ar_runs[0], summaries[0], settings.sampling.temperature, m)
             runs[m]["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
                                           **figures(ar_runs, summaries, rounds),
+                                          "speedup_range": speedup_range(ar_runs, summaries),
                                           "verdict": verdict.kind, "verdict_text": verdict.text})
     ar_all = runs["ar"]["summaries"]
     result = {
@@ -233,7 +235,7 @@ def print_race(result: dict) -> None:
         drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
         if drafted:
             worst = min(drafted, key=lambda r: r["speedup"])
-            print(f"worst prompt for {m}: {worst['speedup']:.2f}x {worst['prompt'][:40]!r}")
+            print(f"worst prompt for {m}: {worst['speedup']:.2f}x {worst['prompt'][:40]!r}; {below_ar(drafted)}")
     if "mlx_lm_speculative_tok_s" in result:
         ratio = result["draft_model_vs_mlx_lm"]
         print(f"mlx-lm speculative generation with the same draft model: {result['mlx_lm_speculative_tok_s'] or 0:.1f} "
