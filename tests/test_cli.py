@@ -264,11 +264,13 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
         assert m["verdict"] == "identical" and all(r["verdict"] == "identical" for r in m["per_prompt"]), name
         assert all(r["speedup_range"] is None for r in m["per_prompt"])  # one repeat: no range
     assert result["mlx_lm_speculative_tok_s"] > 0 and result["draft_model_vs_mlx_lm"] > 0
+    low, high = result["draft_model_vs_mlx_lm_range"]  # two prompts, each run by both loops
+    assert 0 < low <= high
     assert result["mlx_lm_generation_tps"] > 0 and result["draft_model_after_first_round_tok_s"] > 0
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
-    assert "prompts below AR" in out
+    assert "prompts below AR" in out and re.search(r"of it \(runs \d+\.\d\d-\d+\.\d\dx\)", out)
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
     assert "unknown method(s) warp" in capsys.readouterr().err
     assert main(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts),

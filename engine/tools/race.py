@@ -103,6 +103,17 @@ def after_first_round(ends: list[float], counts: list[int]) -> tuple[int, float]
     return sum(counts[1:]), ends[-1] - ends[0]
 
 
+def paired_range(ours: list[tuple[int, float]], theirs: list[tuple[int, float, float]]) -> Optional[list[float]]:
+    """The lowest and highest ratio of our loop's tok/s to mlx-lm's, run by run (each prompt and
+    repeat ran both, in turns), or None under two such runs: a pooled 0.97x whose runs span
+    0.85-1.10x is a tie on a noisy machine, not a loss."""
+    ratios = [(o_tokens / o_s) / (t_tokens / t_s) for (o_tokens, o_s), (t_tokens, t_s, _) in zip(ours, theirs)
+              if o_s > 0 and t_s > 0 and o_tokens and t_tokens]
+    if len(ours) != len(theirs) or len(ratios) < 2:
+        return None
+    return [round(min(ratios), 4), round(max(ratios), 4)]
+
+
 def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> tuple[int, float, float]:
     """mlx-lm's own speculative generation (greedy) with the same draft model and draft count:
     (tokens, seconds) after its first round (a round ends at a token that is not a draft), and its
@@ -199,6 +210,7 @@ def run_race(
         result["draft_model_vs_mlx_lm"] = (round(result["draft_model_after_first_round_tok_s"]
                                                  / result["mlx_lm_speculative_tok_s"], 4)
                                            if our_s and ref_s else None)
+        result["draft_model_vs_mlx_lm_range"] = paired_range(ours_after_first, reference)
     return result
 
 
@@ -241,4 +253,6 @@ def print_race(result: dict) -> None:
         print(f"mlx-lm speculative generation with the same draft model: {result['mlx_lm_speculative_tok_s'] or 0:.1f} "
               f"tok/s after its first round (its own generation_tps {result['mlx_lm_generation_tps']:.1f}), ours "
               f"{result['draft_model_after_first_round_tok_s'] or 0:.1f}"
-              + (f"; our draft-model mode {ratio:.2f}x of it" if ratio else ""))
+              + (f"; our draft-model mode {ratio:.2f}x of it" if ratio else "")
+              + (" (runs {:.2f}-{:.2f}x)".format(*result["draft_model_vs_mlx_lm_range"])
+                 if result.get("draft_model_vs_mlx_lm_range") else ""))
