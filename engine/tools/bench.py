@@ -92,12 +92,12 @@ def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
 
 
 def speedup_range(ar: list[SummaryEvent], df: list[SummaryEvent]) -> Optional[list[float]]:
-    """The lowest and highest speedup of one repeat's DFlash run over the AR run just before it, or
-    None with fewer than two repeats that decoded. How far one run strays from the pooled figure on
-    this machine: on a loaded laptop (or this project's 2-core VM, where one prompt's paired ratios
-    ran from 0.76x to 1.32x) a prompt pooled at 0.95x may be no slower than AR at all."""
-    paired = [d.tok_per_s / a.tok_per_s for a, d in zip(ar, df)
-              if a.num_generated > 1 and d.num_generated > 1 and a.tok_per_s > 0]
+    """The lowest and highest ratio of a repeat's DFlash run to its AR run, or None under two
+    repeats that decoded: how far one run strays from the pooled figure on this machine."""
+    def counts(s: SummaryEvent) -> bool:
+        return s.num_generated > 1 and s.tok_per_s > 0 and s.stop_reason != "cancelled"
+
+    paired = [d.tok_per_s / a.tok_per_s for a, d in zip(ar, df) if counts(a) and counts(d)]
     return [round(min(paired), 4), round(max(paired), 4)] if len(paired) > 1 else None
 
 

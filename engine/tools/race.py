@@ -104,14 +104,14 @@ def after_first_round(ends: list[float], counts: list[int]) -> tuple[int, float]
 
 
 def paired_range(ours: list[tuple[int, float]], theirs: list[tuple[int, float, float]]) -> Optional[list[float]]:
-    """The lowest and highest ratio of our loop's tok/s to mlx-lm's, run by run (each prompt and
-    repeat ran both, in turns), or None under two such runs: a pooled 0.97x whose runs span
-    0.85-1.10x is a tie on a noisy machine, not a loss."""
+    """The lowest and highest ratio of our loop's tok/s to mlx-lm's, over every prompt and repeat
+    (each ran both loops), or None under two such runs: prompts differ as well as runs, so a
+    pooled ratio near 1 whose range straddles 1 is no loss shown."""
+    if len(ours) != len(theirs):
+        return None
     ratios = [(o_tokens / o_s) / (t_tokens / t_s) for (o_tokens, o_s), (t_tokens, t_s, _) in zip(ours, theirs)
               if o_s > 0 and t_s > 0 and o_tokens and t_tokens]
-    if len(ours) != len(theirs) or len(ratios) < 2:
-        return None
-    return [round(min(ratios), 4), round(max(ratios), 4)]
+    return [round(min(ratios), 4), round(max(ratios), 4)] if len(ratios) > 1 else None
 
 
 def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> tuple[int, float, float]:
@@ -190,7 +190,7 @@ def run_race(
             verdict = output_verdict(pair, ids, ar_runs[0], summaries[0], settings.sampling.temperature, m)
             runs[m]["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
                                           **figures(ar_runs, summaries, rounds),
-                                          "speedup_range": speedup_range(ar_runs, summaries),
+                                          "speedup_range": speedup_range(ar_runs, summaries) if m != "ar" else None,
                                           "verdict": verdict.kind, "verdict_text": verdict.text})
     ar_all = runs["ar"]["summaries"]
     result = {
