@@ -138,6 +138,20 @@ def test_whole_blocks_accepted_reach_further_than_any_position_was_offered():
     assert picks[0] < 16 and picks[-1] == 16 and picks == sorted(picks), picks
 
 
+def test_plain_steps_are_priced_as_the_pipelined_ar_step_they_run_as():
+    """The hybrid demo target's curve at depth 512: an AR step 25.7 ms, a recorded verify of one
+    28.4 and of two 30.9, a draft of two 4.6. Plain steps run pipelined as AR's (25 ms a token in a
+    trace), not as a verify of one with taps and tapes recorded. A drafter right 3 times in 10 pays
+    at k = 2 only against the dearer price (35.5 ms for 1.3 tokens against 28.4 for one), so
+    priced as what runs it goes plain."""
+    verify = [28.4, 30.9, 32.8, 32.8] + [37.0] * 12
+    curve = CostCurve(target="t", device="cpu", blas="x", block=16, repeats=1, ar_step_ms=25.7, verify_ms=verify,
+                      draft_ms=5.9, measured_at=0.0, draft_by_length_ms=[0.0, 4.6, 5.6, 5.6] + [5.9] * 12)
+    c = VerifyLengthController(curve, 16)
+    picks = _picks_after(c, lambda i: 1 if i % 10 in (2, 5, 8) else 0, rounds=80)
+    assert picks[30:].count(1) >= 40, picks
+
+
 @pytest.fixture
 def cycling_verify_length(monkeypatch):
     """Every verify length in turn, 1..cap, whatever the controller would pick."""

@@ -2,7 +2,8 @@
 
 A round of length k (the anchor and k - 1 drafts, drafted and verified) costs draft(k) plus
 verify(k) from the cost curve at the run's current context depth (a verify's attention grows
-with it faster than a step's), and commits on average
+with it faster than a step's; k = 1, a plain step run pipelined as AR's, costs an AR step), and
+commits on average
     E(k) = 1 + sum_{i < k} a_1 * ... * a_i
 tokens, where a_j is the chance that draft j is accepted once drafts 1..j-1 were. The
 controller keeps recency-weighted counts of a_j from this run's rounds and picks the k with the
@@ -75,7 +76,11 @@ class VerifyLengthController:
     def best(self, depth: int = 0) -> int:
         """The k with the most expected committed tokens per millisecond at context depth `depth`."""
         curve = self.curve.at(depth)
-        per_ms = [e / curve.round_ms(k, whole_block=False) for k, e in enumerate(self.expected_tokens(), 1)]
+        # k = 1 runs as a pipelined plain step, AR's loop with taps kept: an AR step, not a verify of
+        # one recording tapes (the lower of the two: a calibration's noise can put the step above)
+        plain = min(curve.ar_step_ms, curve.round_ms(1))
+        per_ms = [e / (curve.round_ms(k, whole_block=False) if k > 1 else plain)
+                  for k, e in enumerate(self.expected_tokens(), 1)]
         return per_ms.index(max(per_ms)) + 1
 
     def choose(self, remaining: int, depth: int = 0) -> int:
