@@ -97,8 +97,12 @@ def speedup_range(ar: list[SummaryEvent], df: list[SummaryEvent]) -> Optional[li
     def counts(s: SummaryEvent) -> bool:
         return s.num_generated > 1 and s.tok_per_s > 0 and s.stop_reason != "cancelled"
 
-    paired = [d.tok_per_s / a.tok_per_s for a, d in zip(ar, df) if counts(a) and counts(d)]
-    return [round(min(paired), 4), round(max(paired), 4)] if len(paired) > 1 else None
+    return ratio_range([d.tok_per_s / a.tok_per_s for a, d in zip(ar, df) if counts(a) and counts(d)])
+
+
+def ratio_range(ratios: list[float]) -> Optional[list[float]]:
+    """[lowest, highest] of paired speed ratios, or None under two: one pair has no spread."""
+    return [round(min(ratios), 4), round(max(ratios), 4)] if len(ratios) > 1 else None
 
 
 def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:

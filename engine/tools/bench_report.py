@@ -52,7 +52,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
             f"{row[c]:>14.3f}" if row[c] is not None and decoded(row) else "-".rjust(14) for c in cols[1:])
-            + (_range_cell(row) if not overall else ""))
+            + _range_cell(row))
     _say_no_rounds(result["per_prompt"])
     drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
     if drafted:

@@ -21,7 +21,7 @@ from engine.decode.settings import GenerationSettings
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
-from engine.tools.bench import check_prompts, figures, mlx_lm_responses, speedup_range, warm_up
+from engine.tools.bench import check_prompts, figures, mlx_lm_responses, ratio_range, speedup_range, warm_up
 from engine.tools.bench_report import below_ar
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
@@ -109,9 +109,8 @@ def paired_range(ours: list[tuple[int, float]], theirs: list[tuple[int, float, f
     pooled ratio near 1 whose range straddles 1 is no loss shown."""
     if len(ours) != len(theirs):
         return None
-    ratios = [(o_tokens / o_s) / (t_tokens / t_s) for (o_tokens, o_s), (t_tokens, t_s, _) in zip(ours, theirs)
-              if o_s > 0 and t_s > 0 and o_tokens and t_tokens]
-    return [round(min(ratios), 4), round(max(ratios), 4)] if len(ratios) > 1 else None
+    return ratio_range([(o_tokens / o_s) / (t_tokens / t_s) for (o_tokens, o_s), (t_tokens, t_s, _)
+                        in zip(ours, theirs) if o_s > 0 and t_s > 0 and o_tokens and t_tokens])
 
 
 def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> tuple[int, float, float]:
