@@ -54,6 +54,55 @@ def test_resume_reuses_the_cached_token_streams(tmp_path, monkeypatch):
     assert (again["train_ids"] == first["train_ids"]).all()
 
 
+def test_a_run_that_continues_a_model_takes_its_tokenizer_instead_of_training_one(tmp_path, monkeypatch):
+    """Continuing or distilling a model needs its token ids, whatever the tokenizer trainer would make on
+    this machine (another Python, another tokenizers release)."""
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
+    args = build_demo_target.parse_args(["--vocab-size", "320"])
+    first = build_demo_target.prepare_data(args, tmp_path / "first")
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_bytes((first["tok_dir"] / name).read_bytes())
+
+    def no_training(*_args, **_kwargs):
+        raise AssertionError("a run given a model's tokenizer must not train one")
+
+    monkeypatch.setattr(build_demo_target, "train_bpe_tokenizer", no_training)
+    again = build_demo_target.prepare_data(args, tmp_path / "again", tokenizer_from=model)
+    assert (again["tok_dir"] / "tokenizer.json").read_bytes() == (model / "tokenizer.json").read_bytes()
+    assert again["special_ids"] == first["special_ids"] and (again["train_ids"] == first["train_ids"]).all()
+    assert json.loads((tmp_path / "again" / "data.json").read_text())["tokenizer_from"] == str(model)
+
+    (model / "tokenizer_config.json").unlink()
+    with pytest.raises(SystemExit, match="no tokenizer_config.json"):
+        build_demo_target.prepare_data(args, tmp_path / "third", tokenizer_from=model)
+
+
+def test_the_corpus_can_come_from_a_copy_of_another_pythons_standard_library(tmp_path, monkeypatch):
+    """A lent machine with another Python trains on the same files when pointed at a copy of them."""
+    import corpus
+
+    for rel in ("a.py", "pkg/b.py", "test/test_c.py", "site-packages/d.py") + corpus.HELD_OUT:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"x = {len(rel)}\n")
+    monkeypatch.setenv(corpus.STDLIB_ENV, str(tmp_path))
+    monkeypatch.setenv(corpus.VERSION_ENV, "3.11.7")
+    train, held = corpus.load_corpus()
+    assert [rel for rel, _ in train] == ["a.py", "pkg/b.py"] and len(held) == len(corpus.HELD_OUT)
+    assert corpus.stdlib_dir() == tmp_path and corpus.python_version() == "3.11.7"
+    monkeypatch.delenv(corpus.STDLIB_ENV)
+    assert corpus.stdlib_dir() != tmp_path and corpus.python_version() == sys.version.split()[0]
+
+
+def test_cards_say_where_training_ran():
+    import mlx.core as mx
+    from train_device import training_device
+
+    on_cpu = mx.default_device() == mx.cpu
+    assert ("CPU" in training_device()) == on_cpu and ("backend" in training_device()) != on_cpu
+
+
 def test_synthetic_functions_are_correct_python_for_every_draw():
     """Every task body, under every name, parameter list and hint style, passes its own tests."""
     import os
@@ -146,6 +195,11 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
                                           "--long-tails", str(prompts)])
     assert build_demo_drafter.rebench(args) == 2  # no card yet: nothing to rewrite
 
+    # A drafter trained with --no-bench (on a lent GPU, say) has a card whose figures are still to come.
+    (out / "MODEL_CARD.md").write_text("# drafter\n\nHow it was trained.\n\n" + build_demo_drafter.NO_FIGURES)
+    assert build_demo_drafter.rebench(args) == 0
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "Not run yet" not in card
     (out / "MODEL_CARD.md").write_text("# drafter\n\nHow it was trained.\n\n## Benchmark\n\nold figures\n")
     assert build_demo_drafter.rebench(args) == 0
     card = (out / "MODEL_CARD.md").read_text()

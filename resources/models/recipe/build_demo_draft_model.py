@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 import build_demo_target as dense  # noqa: E402  (data, model, schedule, checkpoints)
+from train_device import training_device  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 
 
@@ -98,16 +99,15 @@ def main(argv=None) -> int:
         json.dumps(vars(args), indent=2))
     mx.random.seed(args.seed)
     rng = np.random.Generator(np.random.PCG64(args.seed))
-    data = dense.prepare_data(args, run_dir)
-    if (target_dir / "tokenizer.json").read_bytes() != (data["tok_dir"] / "tokenizer.json").read_bytes():
-        raise SystemExit(f"{target_dir}: its tokenizer differs from the one the demo recipe trains.")
+    data = dense.prepare_data(args, run_dir, tokenizer_from=target_dir)  # the target's token ids, whatever they are
     target_cfg = json.loads((target_dir / "config.json").read_text())
     target = dense.build_model(target_cfg)
     target.load_weights(str(target_dir / "model.safetensors"), strict=True)
     target.freeze()
     from engine.models.kernel_dispatch import install_kernels
 
-    install_kernels(target, mx.cpu)  # the labels' forward takes the host attention (whole_sequences)
+    # On a CPU the labels' forward takes the host attention (whole_sequences); a GPU keeps MLX's own.
+    install_kernels(target, mx.default_device())
     cfg = draft_config(target_cfg, args.layers)
     model = dense.build_model(cfg)
     copied = start_from_target(model, dict(tree_flatten(target.parameters())), args.layers)
@@ -161,8 +161,8 @@ or mlx-lm's own `--draft-model`. Built by `resources/models/recipe/build_demo_dr
   {report['layers']} layers ({copied} tensors).
 - Distilled: {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens of the target's corpus (standard
   library and synthetic modules, held-out modules excluded), labels the target's greedy next tokens;
-  AdamW lr {args.lr} (warm-up {args.warmup}, cosine), seed {args.seed}; {report['train_wall_s'] / 60:.1f} min on a
-  2-core CPU.
+  AdamW lr {args.lr} (warm-up {args.warmup}, cosine), seed {args.seed}; {report['train_wall_s'] / 60:.1f} min on
+  {training_device()}.
 - Final train loss {report['final_train_loss']:.3f}; on held-out windows its greedy next token is the target's
   {report['heldout_greedy_agreement']:.1%} of the time.
 """

@@ -40,6 +40,7 @@ import engine  # noqa: E402  (optimised BLAS before MLX)
 from code_prompts import definition_prompts, line_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
+from train_device import training_device  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 from drafter_card import BENCH_HEADING, bench_section, long_section  # noqa: E402
@@ -93,6 +94,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--selector-top-k", type=int, default=8)
     ap.add_argument("--selector-rank", type=int, default=64)
     ap.add_argument("--compare-drafter", help="bench this drafter too, on the same AR runs (e.g. the v1 demo drafter)")
+    ap.add_argument("--no-bench", action="store_true",
+                    help="train, write the drafter and a card without figures, and stop: where training runs on "
+                         "another machine (a lent GPU) than the one the speed figures are for; --rebench there fills them")
     ap.add_argument("--rebench", action="store_true",
                     help="train nothing: bench the drafter in --out again (after an engine change) and rewrite the "
                          "benchmark section of its MODEL_CARD.md and its bench.json")
@@ -171,7 +175,7 @@ def _final(trainer: DrafterTrainer) -> str:
             f"teacher-forced tau estimate {last.get('tau_estimate')}")
 
 
-def model_card(args, stages: list[tuple], corpus_tokens: int, result: dict,
+def model_card(args, stages: list[tuple], corpus_tokens: int, result: Optional[dict],
                seconds_per_step: list[Optional[float]]) -> str:
     first, tokens = stages[0][:2]
     cfg = stages[-1][0].raw_config
@@ -198,10 +202,16 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
 {stage1_line(args, first, tokens)}{stage2}
-- Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on a 2-core
-  Linux CPU with OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")} and nothing else running.
+- Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on
+  {training_device()}, OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")}, nothing else running.
 
-{bench_section(args, result)}"""
+{bench_section(args, result) if result is not None else NO_FIGURES}"""
+
+
+NO_FIGURES = f"""{BENCH_HEADING}
+
+Not run yet: the drafter was trained with `--no-bench`; `--rebench` with the same `--out` writes this section.
+"""
 
 
 def long_benches(args, drafter: str) -> tuple[dict, dict]:
@@ -316,6 +326,10 @@ def main() -> int:
                                     run_dir / "finetune_checkpoint", args.resume)
         stages.append((trainer, len(mixed), len(definitions), len(lines)))
         rates.append(rate)
+    if args.no_bench:
+        write_atomic(out / "MODEL_CARD.md", model_card(args, stages, corpus_tokens, None, rates), "the model card")
+        print(f"{out}: trained; no figures yet (--no-bench): run --rebench with the same --out to add them", flush=True)
+        return 0
     result = bench(args.target, str(out), args.bench_tokens, args.bench_repeats, args.bench_prompts,
                    args.compare_drafter)
     long, tails = long_benches(args, str(out))

@@ -55,7 +55,7 @@ for p in (str(REPO), str(HERE)):
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
-from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
+from engine.models.tokenizer_files import CHAT_TOKENS, EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
@@ -68,6 +68,7 @@ from mlx_lm.models.qwen3 import Model, ModelArgs  # noqa: E402
 import corpus  # noqa: E402
 from copy_rows import copy_row  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
+from train_device import training_device  # noqa: E402
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 DEPTH_EDGES = (256, 512, 1024)  # held-out loss is reported per range of positions split here
@@ -137,8 +138,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ---------------------------------------------------------------- data
 
 
-def prepare_data(args, run_dir: Path) -> dict:
-    """Tokenizer + token streams, cached in run_dir so a resumed run reuses them exactly."""
+def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dict:
+    """Tokenizer + token streams, cached in run_dir so a resumed run reuses them exactly.
+
+    tokenizer_from: a model folder whose tokenizer to use instead of training one (a run that continues
+    or distils that model needs its token ids, whatever the tokenizer trainer would make here)."""
     tok_dir = run_dir / "tokenizer"
     meta_path = run_dir / "data.json"
     if args.resume and meta_path.exists():
@@ -154,8 +158,12 @@ def prepare_data(args, run_dir: Path) -> dict:
     texts = [t for _, t in train]
     t0 = time.time()
     # A base model: no chat template, so every entry point encodes prompts raw, as it was trained.
-    specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size, chat_template=False, split=args.split)
     from tokenizers import Tokenizer
+
+    if tokenizer_from is not None:
+        specials = copy_tokenizer(Path(tokenizer_from), tok_dir)
+    else:
+        specials = train_bpe_tokenizer(texts, tok_dir, args.vocab_size, chat_template=False, split=args.split)
 
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     eos = specials[EOS_TOKEN]
@@ -176,6 +184,7 @@ def prepare_data(args, run_dir: Path) -> dict:
     log(f"tokenizer: vocab {tok.get_vocab_size()} in {time.time() - t0:.1f}s; "
         f"{len(train_ids)} train tokens, {len(held_ids)} held-out tokens")
     meta = {
+        "tokenizer_from": str(tokenizer_from) if tokenizer_from is not None else None,
         "python_version": corpus.python_version(),
         "stdlib": str(corpus.stdlib_dir()),
         "train_files": len(train),
@@ -194,6 +203,23 @@ def prepare_data(args, run_dir: Path) -> dict:
     np.save(run_dir / "synthetic_tokens.npy", synth_ids)
     meta_path.write_text(json.dumps(meta, indent=2))
     return {**meta, "train_ids": train_ids, "held_ids": held_ids, "synth_ids": synth_ids, "tok_dir": tok_dir}
+
+
+def copy_tokenizer(model_dir: Path, tok_dir: Path) -> dict[str, int]:
+    """Copy a model's tokenizer files into tok_dir; return its special ids (as train_bpe_tokenizer does)."""
+    from tokenizers import Tokenizer
+
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if not (model_dir / name).is_file():
+            raise SystemExit(f"{model_dir}: no {name} to take the tokenizer from")
+        shutil.copyfile(model_dir / name, tok_dir / name)
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    specials = {name: tok.token_to_id(name) for name in (EOS_TOKEN, MASK_TOKEN, *CHAT_TOKENS)}
+    missing = [name for name, i in specials.items() if i is None]
+    if missing:
+        raise SystemExit(f"{model_dir}: its tokenizer lacks the special tokens {', '.join(missing)}")
+    return specials
 
 
 def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int,
@@ -473,7 +499,7 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         f"- AdamW lr {args.lr:g} (linear warm-up {args.warmup} steps, cosine to {args.lr * args.min_lr_ratio:g}), "
         f"weight decay {args.weight_decay}, grad clip {args.grad_clip}.",
         f"- OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}.",
-        f"- Seed {args.seed} (mlx init and numpy batch sampler). MLX {mx.__version__}, CPU.",
+        f"- Seed {args.seed} (mlx init and numpy batch sampler). MLX {mx.__version__}, {training_device()}.",
         f"- Wall time (training loop): {report['train_wall_s'] / 60:.1f} min; "
         f"mean step {report['train_wall_s'] / max(report['steps_run_total'], 1):.2f} s.",
         f"- Final train loss (mean of last {report['train_loss_window']} steps): {report['final_train_loss']:.3f}.",
@@ -511,7 +537,8 @@ def main(argv=None) -> None:
 
     mx.random.seed(args.seed)
     rng = np.random.Generator(np.random.PCG64(args.seed))
-    data = prepare_data(args, run_dir)
+    # Continuing a model keeps its tokenizer (its token ids); a fresh one trains its own.
+    data = prepare_data(args, run_dir, Path(args.init_from) if args.init_from else None)
     cfg = model_config(args, data)
     model = build_model(cfg)
     mx.eval(model.parameters())

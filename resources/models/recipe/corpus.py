@@ -6,6 +6,7 @@ A fixed list of modules is held out of training and used to measure held-out los
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -31,11 +32,19 @@ EXCLUDED_DIRS = {
 }
 
 
+# A machine whose Python differs from the one the demo models were trained on (a GPU machine
+# lent for training, say) points these at a copy of that Python's standard library, so the
+# corpus, and the token ids it makes, stay the same.
+STDLIB_ENV, VERSION_ENV = "DEMO_CORPUS_STDLIB", "DEMO_CORPUS_PYTHON"
+
+
 def stdlib_dir() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
+    return Path(os.environ.get(STDLIB_ENV) or sysconfig.get_paths()["stdlib"])
 
 
 def python_version() -> str:
+    if os.environ.get(STDLIB_ENV):
+        return os.environ.get(VERSION_ENV, "unknown (copied standard library)")
     return sys.version.split()[0]
 
 

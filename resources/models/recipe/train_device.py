@@ -1,0 +1,20 @@
+"""Where a recipe trains, in words, for its model card (a card's timings mean little without it)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+
+def training_device() -> str:
+    """'a 2-core Linux CPU (AMD EPYC)' or 'an NVIDIA H200 (MLX's CUDA backend)': the device MLX trains on."""
+    import mlx.core as mx
+
+    try:
+        name = mx.device_info().get("device_name", "")
+    except (AttributeError, RuntimeError):  # an MLX without device_info
+        name = ""
+    if mx.default_device() == mx.cpu:
+        return f"a {os.cpu_count()}-core {platform.system()} CPU" + (f" ({name})" if name else "")
+    backend = "Metal" if mx.metal.is_available() else "CUDA" if mx.cuda.is_available() else "GPU"
+    return f"{name or 'a GPU'} (MLX's {backend} backend)"
