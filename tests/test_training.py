@@ -189,6 +189,36 @@ def test_distillation_is_seeded_and_cached(qwen3_pair, corpus_dir, tmp_path):
     assert np.array_equal(cached_continuations(pair, tokens, tmp_path / "b.npy", 3, new_tokens=8, seed=2), again)
 
 
+def test_distillation_cache_of_another_target_is_not_reused(qwen3_pair, corpus_dir, tmp_path):
+    """A run folder reused after the target was retrained must distil again, not train the drafter on
+    the old target's text (the settings alone match)."""
+    import dataclasses
+    import shutil
+
+    import mlx.core as mx
+
+    from engine.training.distill import cached_continuations, target_fingerprint
+
+    pair = qwen3_pair
+    same, other = tmp_path / "same", tmp_path / "other"
+    shutil.copytree(pair.target_path, same)
+    shutil.copytree(pair.target_path, other)
+    weights = mx.load(str(other / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 1
+    mx.save_safetensors(str(other / "model.safetensors"), weights)
+    assert target_fingerprint(same) == target_fingerprint(pair.target_path) != target_fingerprint(other)
+
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    cache = tmp_path / "distill.npy"
+    first = cached_continuations(pair, tokens, cache, 3, new_tokens=8, seed=1)
+    np.save(cache, first[::-1])
+    assert np.array_equal(cached_continuations(dataclasses.replace(pair, target_path=same), tokens, cache, 3,
+                                               new_tokens=8, seed=1), first[::-1])  # the same weights: a hit
+    retrained = dataclasses.replace(pair, target_path=other)  # (the weights in memory stand in for the new ones)
+    assert np.array_equal(cached_continuations(retrained, tokens, cache, 3, new_tokens=8, seed=1), first)
+
+
 def test_cli_distill_trains_on_the_targets_text(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     out = tmp_path / "distilled"
     args = ["train-drafter", "--target", str(qwen3_tied_dirs[0]), "--data", str(corpus_dir), "--out", str(out),

@@ -99,7 +99,8 @@ def cached_continuations(
     """greedy_continuations, saved to cache_file (.npy, with a .json of its settings) and
     reused while the settings and the source length match, so a resumed run trains on
     the same text without generating it again."""
-    meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens))}
+    meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens)),
+            "target": target_fingerprint(pair.target_path)}
     return _cached(cache_file, meta, lambda: greedy_continuations(
         pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed, progress=progress))
 
@@ -113,9 +114,25 @@ def cached_prompt_continuations(
 ) -> np.ndarray:
     """prompt_continuations, cached like cached_continuations (keyed by a hash of the prompts)."""
     digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
-    meta = {"prompts": len(prompts), "prompts_sha256": digest, "new_tokens": new_tokens}
+    meta = {"prompts": len(prompts), "prompts_sha256": digest, "new_tokens": new_tokens,
+            "target": target_fingerprint(pair.target_path)}
     return _cached(cache_file, meta, lambda: prompt_continuations(
         pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress))
+
+
+def target_fingerprint(target_path: Path, edge: int = 1 << 20) -> str:
+    """Which target wrote a cache: its weight files' names, sizes and first and last MiB (enough to tell
+    two trainings of one architecture apart without reading gigabytes). A run folder reused with
+    another target then distils again instead of training on the old target's text."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(target_path).glob("*.safetensors")):
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as f:
+            digest.update(f.read(edge))
+            f.seek(max(size - edge, 0))
+            digest.update(f.read(edge))
+    return digest.hexdigest()
 
 
 def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.ndarray:
