@@ -74,6 +74,19 @@ def test_a_run_that_continues_a_model_takes_its_tokenizer_instead_of_training_on
     assert again["special_ids"] == first["special_ids"] and (again["train_ids"] == first["train_ids"]).all()
     assert json.loads((tmp_path / "again" / "data.json").read_text())["tokenizer_from"] == str(model)
 
+    # The card names the pre-split the copied tokenizer has, not this run's --split.
+    other_split = "gpt2" if args.split == "qwen2" else "qwen2"
+    assert first["split"] == args.split and build_demo_target.split_of(model / "tokenizer.json") == args.split
+    args_other = build_demo_target.parse_args(["--vocab-size", "320", "--split", other_split])
+    assert build_demo_target.prepare_data(args_other, tmp_path / "fourth", tokenizer_from=model)["split"] == args.split
+
+    # A resumed run folder whose cached tokenizer is another one's stops instead of training on the wrong ids.
+    resumed = build_demo_target.parse_args(["--vocab-size", "320", "--resume"])
+    assert build_demo_target.prepare_data(resumed, tmp_path / "again", tokenizer_from=model)["special_ids"]
+    (tmp_path / "again" / "tokenizer" / "tokenizer.json").write_text("{}")
+    with pytest.raises(SystemExit, match="cached tokenizer is not"):
+        build_demo_target.prepare_data(resumed, tmp_path / "again", tokenizer_from=model)
+
     (model / "tokenizer_config.json").unlink()
     with pytest.raises(SystemExit, match="no tokenizer_config.json"):
         build_demo_target.prepare_data(args, tmp_path / "third", tokenizer_from=model)
@@ -91,8 +104,18 @@ def test_the_corpus_can_come_from_a_copy_of_another_pythons_standard_library(tmp
     train, held = corpus.load_corpus()
     assert [rel for rel, _ in train] == ["a.py", "pkg/b.py"] and len(held) == len(corpus.HELD_OUT)
     assert corpus.stdlib_dir() == tmp_path and corpus.python_version() == "3.11.7"
+    monkeypatch.delenv(corpus.VERSION_ENV)
+    with pytest.raises(SystemExit, match=corpus.VERSION_ENV):  # else the card would name the wrong Python
+        corpus.python_version()
     monkeypatch.delenv(corpus.STDLIB_ENV)
     assert corpus.stdlib_dir() != tmp_path and corpus.python_version() == sys.version.split()[0]
+
+
+def test_no_bench_and_rebench_are_refused_together(tmp_path):
+    import build_demo_drafter
+
+    with pytest.raises(SystemExit):
+        build_demo_drafter.parse_args(["--rebench", "--no-bench", "--target", "t", "--out", str(tmp_path)])
 
 
 def test_cards_say_where_training_ran():

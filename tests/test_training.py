@@ -209,6 +209,17 @@ def test_distillation_cache_of_another_target_is_not_reused(qwen3_pair, corpus_d
     mx.save_safetensors(str(other / "model.safetensors"), weights)
     assert target_fingerprint(same) == target_fingerprint(pair.target_path) != target_fingerprint(other)
 
+    # Large weights are sampled, not read whole: a change to a middle tensor alone still shows.
+    big = tmp_path / "big"
+    big.mkdir()
+    tensors = {"a": mx.zeros((1 << 20,)), "b": mx.zeros((1 << 20,)), "c": mx.zeros((1 << 20,))}
+    mx.save_safetensors(str(big / "model.safetensors"), tensors)
+    before = target_fingerprint(big)
+    mx.save_safetensors(str(big / "model.safetensors"), {**tensors, "b": tensors["b"] + 1})
+    assert target_fingerprint(big) != before
+    with pytest.raises(DFlashError, match="no .safetensors"):
+        target_fingerprint(tmp_path)
+
     tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
     cache = tmp_path / "distill.npy"
     first = cached_continuations(pair, tokens, cache, 3, new_tokens=8, seed=1)

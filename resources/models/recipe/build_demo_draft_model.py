@@ -106,7 +106,8 @@ def main(argv=None) -> int:
     target.freeze()
     from engine.models.kernel_dispatch import install_kernels
 
-    # On a CPU the labels' forward takes the host attention (whole_sequences); a GPU keeps MLX's own.
+    # The device's own dispatchers: on a CPU the labels' forward takes the host attention
+    # (whole_sequences), on a Mac the Metal kernels, on a CUDA GPU MLX's own functions.
     install_kernels(target, mx.default_device())
     cfg = draft_config(target_cfg, args.layers)
     model = dense.build_model(cfg)

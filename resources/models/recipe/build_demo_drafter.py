@@ -101,6 +101,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="train nothing: bench the drafter in --out again (after an engine change) and rewrite the "
                          "benchmark section of its MODEL_CARD.md and its bench.json")
     args = ap.parse_args(argv)
+    if args.no_bench and args.rebench:
+        ap.error("--no-bench trains and leaves the figures out; --rebench writes them: give one")
     if args.steps == 0 and not (args.init and args.finetune_steps):
         ap.error("--steps 0 skips stage 1, so it needs --init (the drafter stage 2 continues) and --finetune-steps")
     if args.steps == 0 and Path(args.init).resolve() == Path(args.out).resolve():
@@ -327,6 +329,8 @@ def main() -> int:
         stages.append((trainer, len(mixed), len(definitions), len(lines)))
         rates.append(rate)
     if args.no_bench:
+        for stale in ("bench.json", "bench_long.json"):  # an earlier run's figures are not this drafter's
+            (out / stale).unlink(missing_ok=True)
         write_atomic(out / "MODEL_CARD.md", model_card(args, stages, corpus_tokens, None, rates), "the model card")
         print(f"{out}: trained; no figures yet (--no-bench): run --rebench with the same --out to add them", flush=True)
         return 0

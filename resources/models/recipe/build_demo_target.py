@@ -151,6 +151,11 @@ def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dic
     tok_dir = run_dir / "tokenizer"
     meta_path = run_dir / "data.json"
     if args.resume and meta_path.exists():
+        cached = tok_dir / "tokenizer.json"
+        if tokenizer_from is not None and not (
+                cached.is_file() and cached.read_bytes() == (Path(tokenizer_from) / "tokenizer.json").read_bytes()):
+            raise SystemExit(f"{run_dir}: its cached tokenizer is not {tokenizer_from}'s; the token ids would not "
+                             "fit that model (start a new --run-dir)")
         meta = json.loads(meta_path.read_text())
         train_ids = np.load(run_dir / "train_tokens.npy")
         held_ids = np.load(run_dir / "heldout_tokens.npy")
@@ -200,7 +205,7 @@ def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dic
         "synthetic_modules": modules,
         "synthetic_tokens": int(len(synth_ids)),
         "vocab_size": tok.get_vocab_size(),
-        "split": args.split,
+        "split": split_of(tok_dir / "tokenizer.json") if tokenizer_from is not None else args.split,
         "special_ids": specials,
     }
     np.save(run_dir / "train_tokens.npy", train_ids)
@@ -225,6 +230,13 @@ def copy_tokenizer(model_dir: Path, tok_dir: Path) -> dict[str, int]:
     if missing:
         raise SystemExit(f"{model_dir}: its tokenizer lacks the special tokens {', '.join(missing)}")
     return specials
+
+
+def split_of(tokenizer_json: Path) -> str:
+    """The pre-split a tokenizer.json was trained with: qwen2's is a Split before the byte-level step."""
+    pre = json.loads(tokenizer_json.read_text()).get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", [pre])
+    return "qwen2" if any(step.get("type") == "Split" for step in steps) else "gpt2"
 
 
 def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len: int,
@@ -550,11 +562,8 @@ def main(argv=None) -> None:
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     log(f"model: {n_params:,} params ({n_params * 4 / 1e6:.1f} MB fp32)")
 
-    if args.init_from and not args.resume:
+    if args.init_from and not args.resume:  # prepare_data took its tokenizer (or checked a resumed one)
         init = Path(args.init_from)
-        if (init / "tokenizer.json").read_bytes() != (data["tok_dir"] / "tokenizer.json").read_bytes():
-            raise SystemExit(f"--init-from {init}: its tokenizer differs from the one this recipe trains; "
-                             "the weights would not fit the token ids.")
         model.load_weights(str(init / "model.safetensors"), strict=True)
         mx.eval(model.parameters())
         log(f"init: weights from {init}")

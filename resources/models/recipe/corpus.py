@@ -33,8 +33,8 @@ EXCLUDED_DIRS = {
 
 
 # A machine whose Python differs from the one the demo models were trained on (a GPU machine
-# lent for training, say) points these at a copy of that Python's standard library, so the
-# corpus, and the token ids it makes, stay the same.
+# lent for training, say) sets DEMO_CORPUS_STDLIB to a copy of that Python's standard library and
+# DEMO_CORPUS_PYTHON to its version (for the card), so the corpus, and its token ids, stay the same.
 STDLIB_ENV, VERSION_ENV = "DEMO_CORPUS_STDLIB", "DEMO_CORPUS_PYTHON"
 
 
@@ -44,7 +44,9 @@ def stdlib_dir() -> Path:
 
 def python_version() -> str:
     if os.environ.get(STDLIB_ENV):
-        return os.environ.get(VERSION_ENV, "unknown (copied standard library)")
+        if not os.environ.get(VERSION_ENV):
+            raise SystemExit(f"{STDLIB_ENV} is set: set {VERSION_ENV} to that standard library's Python version too")
+        return os.environ[VERSION_ENV]
     return sys.version.split()[0]
 
 

@@ -16,5 +16,6 @@ def training_device() -> str:
         name = ""
     if mx.default_device() == mx.cpu:
         return f"a {os.cpu_count()}-core {platform.system()} CPU" + (f" ({name})" if name else "")
-    backend = "Metal" if mx.metal.is_available() else "CUDA" if mx.cuda.is_available() else "GPU"
+    cuda = getattr(mx, "cuda", None)  # an MLX older than its CUDA backend has no mx.cuda
+    backend = "Metal" if mx.metal.is_available() else "CUDA" if cuda and cuda.is_available() else "GPU"
     return f"{name or 'a GPU'} (MLX's {backend} backend)"
