@@ -111,11 +111,15 @@ def test_the_corpus_can_come_from_a_copy_of_another_pythons_standard_library(tmp
     assert corpus.stdlib_dir() != tmp_path and corpus.python_version() == sys.version.split()[0]
 
 
-def test_no_bench_and_rebench_are_refused_together(tmp_path):
+def test_drafter_recipe_refuses_settings_it_cannot_run(tmp_path, capsys):
     import build_demo_drafter
 
     with pytest.raises(SystemExit):
         build_demo_drafter.parse_args(["--rebench", "--no-bench", "--target", "t", "--out", str(tmp_path)])
+    assert "give one" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # it crashed at its first step's evaluation (a modulo by zero)
+        build_demo_drafter.parse_args(["--eval-every", "0", "--target", "t", "--out", str(tmp_path)])
+    assert "--eval-every must be at least 1" in capsys.readouterr().err
 
 
 def test_cards_say_where_training_ran():

@@ -101,6 +101,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="train nothing: bench the drafter in --out again (after an engine change) and rewrite the "
                          "benchmark section of its MODEL_CARD.md and its bench.json")
     args = ap.parse_args(argv)
+    if args.eval_every < 1:  # the trainer evaluates at every multiple of it (and at the last step)
+        ap.error("--eval-every must be at least 1")
     if args.no_bench and args.rebench:
         ap.error("--no-bench trains and leaves the figures out; --rebench writes them: give one")
     if args.steps == 0 and not (args.init and args.finetune_steps):
