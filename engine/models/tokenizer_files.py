@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 EOS_TOKEN = "<|endoftext|>"
 MASK_TOKEN = "<|mask|>"
 CHAT_TOKENS = ["<|im_start|>", "<|im_end|>"]
+SPECIAL_TOKENS = [EOS_TOKEN, MASK_TOKEN] + CHAT_TOKENS  # what train_bpe_tokenizer adds, in id order
+
+
+def special_ids(tokenizer) -> dict[str, Optional[int]]:
+    """SPECIAL_TOKENS' ids in a `tokenizers.Tokenizer` (None for one it lacks)."""
+    return {name: tokenizer.token_to_id(name) for name in SPECIAL_TOKENS}
 
 # A ChatML template, as Qwen uses; `add_generation_prompt` opens the assistant turn.
 CHAT_TEMPLATE = (
@@ -43,7 +49,6 @@ def train_bpe_tokenizer(
     split: "gpt2" (ByteLevel's own regex) or "qwen2" (QWEN2_SPLIT, as Qwen's tokenizers)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    specials = [EOS_TOKEN, MASK_TOKEN] + CHAT_TOKENS
     tokenizer = Tokenizer(models.BPE())
     if split == "qwen2":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -57,7 +62,7 @@ def train_bpe_tokenizer(
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=specials,
+        special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -75,4 +80,4 @@ def train_bpe_tokenizer(
     if chat_template:
         config["chat_template"] = CHAT_TEMPLATE
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    return {name: tokenizer.token_to_id(name) for name in specials}
+    return special_ids(tokenizer)

@@ -60,7 +60,7 @@ for p in (str(REPO), str(HERE)):
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import engine  # noqa: E402,F401  (preloads OpenBLAS; must precede mlx.core)
-from engine.models.tokenizer_files import CHAT_TOKENS, EOS_TOKEN, MASK_TOKEN, train_bpe_tokenizer  # noqa: E402
+from engine.models.tokenizer_files import EOS_TOKEN, MASK_TOKEN, special_ids, train_bpe_tokenizer  # noqa: E402
 from engine.safe_write import write_atomic  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
@@ -220,12 +220,11 @@ def copy_tokenizer(model_dir: Path, tok_dir: Path) -> dict[str, int]:
     from tokenizers import Tokenizer
 
     tok_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in TOKENIZER_FILES:
         if not (model_dir / name).is_file():
             raise SystemExit(f"{model_dir}: no {name} to take the tokenizer from")
         shutil.copyfile(model_dir / name, tok_dir / name)
-    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
-    specials = {name: tok.token_to_id(name) for name in (EOS_TOKEN, MASK_TOKEN, *CHAT_TOKENS)}
+    specials = special_ids(Tokenizer.from_file(str(tok_dir / "tokenizer.json")))
     missing = [name for name, i in specials.items() if i is None]
     if missing:
         raise SystemExit(f"{model_dir}: its tokenizer lacks the special tokens {', '.join(missing)}")
