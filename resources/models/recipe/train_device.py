@@ -7,7 +7,7 @@ import platform
 
 
 def training_device() -> str:
-    """'a 2-core Linux CPU (AMD EPYC)' or 'an NVIDIA H200 (MLX's CUDA backend)': the device MLX trains on."""
+    """'a 2-core Linux CPU (AMD EPYC)' or 'NVIDIA H200 (MLX's CUDA backend)': the device MLX trains on."""
     import mlx.core as mx
 
     try:
