@@ -44,6 +44,12 @@ def test_dflash_rounds_take_a_copy_where_it_runs_deep_and_stay_lossless(alternat
     assert sources["drafter"] and sources["lookup"]  # the drafter until the copy runs deep, then copies
     first_copy = next(i for i, r in enumerate(rounds) if r.source == "lookup")
     assert all(r.source == "lookup" for r in rounds[first_copy:-1])
+    # copies run past the drafter's block: the summary's histogram and per-position rates keep them
+    longest = max(len(r.drafted) for r in rounds)
+    block = pair.drafter.cfg.block_size
+    assert longest > block - 1 and len(mixed.per_position_acceptance) == longest
+    assert sum(mixed.acceptance_histogram) == mixed.num_rounds == len([r for r in rounds if r.drafted])
+    assert mixed.acceptance_histogram[longest] == sum(r.accepted == longest for r in rounds)
     for prompt in PROMPTS:  # a random target: copies only where its own output repeats
         prompt_ids = encode_prompt(qwen3_pair.tokenizer, prompt + prompt, chat=False)
         assert run_parity(qwen3_pair, prompt_ids, GenerationSettings(max_tokens=48, lookup=True)).identical

@@ -136,7 +136,8 @@ class Decoder:
             y = nxt
 
     def summary(self, t_start: float, t_end: float) -> SummaryEvent:
-        out, stats, block = self.out, self.stats, self.block
+        out, stats = self.out, self.stats
+        block = max(self.block, len(stats.histogram))  # a copy (--lookup) may verify past the drafter's block
         decode_s = t_end - self.t_first
         n = len(out.tokens)
         return SummaryEvent(
