@@ -51,6 +51,24 @@ def test_predictions_scale_the_curve_by_what_the_run_measured():
     assert advise([], 1.0, curve) is None
 
 
+def test_rounds_that_verified_a_copy_say_nothing_about_the_drafter():
+    """With --lookup a run's rounds mix the drafter's blocks and copies of the context (up to 32
+    tokens): the advice, about the drafter and its block, is the drafter rounds' own, only the
+    per-round overhead taken over every round."""
+    curve = _curve()
+    mine = [dict(_round(a), draft_ms=3.0, verify_ms=16.0, source="drafter") for a in (3, 1, 0, 2, 3, 0)]
+    copy = dict(_round(20, drafted=24), draft_ms=0.0, verify_ms=40.0, source="lookup")
+    mixed = mine[:2] + [copy] + mine[2:4] + [copy] + mine[4:]
+    assert streaks(mixed) == streaks(mine) == [5, 0, 2, 4]
+    # the same decode time per round: the overhead is what is left over every round
+    alone = advise(mine, (6 * 19.0 + 6 * 5.0) / 1000, curve, ar_tok_s=100.0)
+    both = advise(mixed, (6 * 19.0 + 2 * 40.0 + 8 * 5.0) / 1000, curve, ar_tok_s=100.0)
+    assert both.overhead_ms == pytest.approx(5.0) and alone.overhead_ms == pytest.approx(5.0)
+    assert both.committed == alone.committed and both.round_ms == pytest.approx(alone.round_ms)
+    assert both.rounds == 6
+    assert advise([copy] * 3, 0.2, curve) is None  # copies alone (lookup mode): nothing to advise on
+
+
 def test_bench_block_sizes_measures_each_and_predicts_them(alternating_dirs, tmp_path, capsys):
     """The alternating oracle accepts exactly one draft per round at any block size: tau 2 everywhere,
     and the advisor, learning from the block-4 runs, predicts two tokens a round for 2..4."""
@@ -85,6 +103,17 @@ def test_bench_block_sizes_warms_up_every_size(alternating_dirs, tmp_path, monke
     assert cli(["bench", "--target", str(target), "--drafter", str(drafter), "--prompts", str(prompts),
                 "--max-tokens", "8", "--block-sizes", "2,4,auto", "--raw"]) == 0
     assert warmed == [2, 4, "auto"]
+
+
+def test_a_block_size_sweep_runs_the_drafter_alone():
+    """Lookup is on by default, but a sweep of block sizes is about the drafter: every size, auto
+    included, runs with lookup off."""
+    from engine.decode.settings import GenerationSettings
+    from engine.tools.bench_sizes import _settings_for
+
+    settings = GenerationSettings(lookup=True, auto=True)
+    for size in (2, 16, "auto"):
+        assert _settings_for(settings, size).lookup is False
 
 
 @pytest.mark.parametrize("sizes,message", [("2,x", "'x' is not a whole number"), ("0,4", "0 is outside"),

@@ -19,6 +19,10 @@ rounds measured for the lengths they used (acceptance is evaluated with the veri
 predictions price every length at the run's mean depth; and `overhead` is
 the rest of a round (rollback, events, text): the run's decode time per round minus its
 draft and verify times. Auto is predicted as the best fixed length, which its controller aims for.
+
+The advice is about the drafter: rounds that verified a copy of the context (--lookup, source
+"lookup") say nothing about its drafts or its block, so streaks and scales leave them out; only
+the per-round overhead is taken over every round.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Iterable, Optional
 
 from engine.decode.cost_curve import CostCurve
 from engine.decode.events import field_of
+from engine.decode.proposers import LOOKUP
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ class Advice:
                 "auto_tok_s": self.auto_tok_s, "auto_speedup": self.auto_speedup}
 
 
+def from_drafter(r: Any) -> bool:
+    """Whether round r's drafts were the drafter's, not a copy of the context (older traces have no
+    source: every draft was the drafter's)."""
+    return field_of(r, "source") != LOOKUP
+
+
 def verified_of(r: Any) -> int:
     """Positions the target verified in round r (traces before `verified` existed: anchor + drafts)."""
     return field_of(r, "verified") or len(field_of(r, "drafted", [])) + 1
@@ -71,8 +82,8 @@ def streaks(rounds: Iterable[Any]) -> list[int]:
     block's bonus continues its streak into the next round)."""
     out, run = [], 0
     for r in rounds:
-        if not field_of(r, "drafted"):
-            continue  # nothing drafted (plain rounds, a run's last token): no evidence either way
+        if not field_of(r, "drafted") or not from_drafter(r):
+            continue  # nothing drafted (plain rounds, a run's last token) or a copy: no evidence either way
         acc = field_of(r, "accepted", 0)
         if field_of(r, "bonus_kind") == "bonus":
             run += acc + 1
@@ -104,6 +115,13 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     """Predictions for k = 1..block (default: the curve's), or None without rounds to learn from."""
     if not rounds or decode_s <= 0:
         return None
+    # the rest of a round (rollback, events, text), over every round: the run's decode time per round
+    # minus its draft and verify times
+    overhead = (1000.0 * decode_s - sum(field_of(r, "draft_ms", 0.0) + field_of(r, "verify_ms", 0.0)
+                                        for r in rounds)) / len(rounds)
+    rounds = [r for r in rounds if from_drafter(r)]
+    if not rounds:
+        return None
     block = min(block or curve.block, len(curve.verify_ms))
     auto_run = any(field_of(r, "unverified") for r in rounds)  # traces from when auto drafted whole blocks
     lengths = [min(verified_of(r), block) for r in rounds]
@@ -116,8 +134,6 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
                           sum(at[d].verify_ms[k - 1] for k, d in zip(lengths, depths)))
     draft_scale = _ratio(sum(field_of(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
                          sum(_draft_ms(at[d], k, auto_run) for k, d in zip(lengths, depths) if k > 1))
-    spent = statistics.fmean(field_of(r, "draft_ms", 0.0) + field_of(r, "verify_ms", 0.0) for r in rounds)
-    overhead = 1000.0 * decode_s / len(rounds) - spent
     here = curve.at(round(statistics.fmean(depths)))  # every length priced at the run's mean depth
 
     def cost(k: int, whole_block: bool) -> float:

@@ -133,3 +133,4 @@ def print_block_sizes(result: dict) -> None:
     if result["advice"]:
         print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "
               f"best fixed size: {result['advice']['best']}")
+    print("every size ran the drafter alone (lookup off)")

@@ -3,7 +3,9 @@ what the advisor predicted for it from one of them.
 
 Per prompt and repeat: one AR run, then one DFlash run per block size. The advisor learns from
 the runs at the largest fixed size (all prompts pooled) and the cost curve, and predicts every
-size; the table puts the prediction beside the measurement.
+size; the table puts the prediction beside the measurement. Every size runs the drafter alone
+(lookup off, whatever the run's settings say): a sweep of block sizes is about the drafter, and
+copies verified instead of its blocks would blur both the measurements and the advisor's input.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def parse_sizes(text: str) -> list[Size]:
 
 def _settings_for(settings: GenerationSettings, size: Size) -> GenerationSettings:
     if size == "auto":
-        return replace(settings, mode="dflash", block_size=None, auto=True)
-    return replace(settings, mode="dflash", block_size=int(size), auto=False)
+        return replace(settings, mode="dflash", block_size=None, auto=True, lookup=False)
+    return replace(settings, mode="dflash", block_size=int(size), auto=False, lookup=False)
 
 
 def run_block_sizes(
