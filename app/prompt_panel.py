@@ -11,8 +11,8 @@ from PySide6.QtWidgets import (
 
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
-    DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES, GenerationSettings,
-    SamplingSettings,
+    DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES,
+    GenerationSettings, SamplingSettings,
 )
 from app.settings import AppSettings
 
@@ -51,6 +51,11 @@ class PromptPanel(QGroupBox):
         self.block_auto.setToolTip("Each round the target verifies only as many drafts as pay off on this machine "
                                    "(the cost curve, measured once, and the acceptance so far); the block size "
                                    "caps it. Lossless like any block size.")
+        self.lookup = QCheckBox("copy lookup")
+        self.lookup.setToolTip("Where the text being written repeats earlier text (a pasted file being edited, a "
+                               "loop), a round verifies the copied continuation, up to "
+                               f"{LOOKUP_MAX_DRAFT} tokens, instead of the drafter's block. "
+                               "Lossless: a copy is accepted only where the target agrees.")
 
         self.draft_window = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
         self.draft_window.setSpecialValueText("whole context")
@@ -86,7 +91,7 @@ class PromptPanel(QGroupBox):
                                         ("Top-k", self.top_k), ("Seed", self.seed),
                                         ("Max tokens", self.max_tokens), ("Block size", self.block_size),
                                         ("Draft window", self.draft_window), ("Draft sink", self.draft_sink))):
-            row = i // 2 + (i >= 6)  # row 3 holds the auto verify length box
+            row = i // 2 + (i >= 6)  # row 3 holds the copy lookup and auto verify length boxes
             grid.addWidget(QLabel(label), row, (i % 2) * 2)
             grid.addWidget(w, row, (i % 2) * 2 + 1)
         buttons = QHBoxLayout()
@@ -95,6 +100,7 @@ class PromptPanel(QGroupBox):
         lay = QVBoxLayout(self)
         lay.addWidget(self.editor, 1)
         lay.addLayout(form)
+        grid.addWidget(self.lookup, 3, 0, 1, 2)
         grid.addWidget(self.block_auto, 3, 2, 1, 2)
         lay.addLayout(grid)
         lay.addLayout(modes)
@@ -136,6 +142,7 @@ class PromptPanel(QGroupBox):
             block_size=self.block_size.value() or None,
             sampling=sampling,
             auto=self.block_auto.isChecked(),
+            lookup=self.lookup.isChecked(),
             draft_window=self.draft_window.value(),
             draft_sink=self.draft_sink.value() if self.draft_window.value() else 0,  # no sink beside the whole context
         )
@@ -167,8 +174,9 @@ class PromptPanel(QGroupBox):
         if header.get("mode") in MODES:
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
-        if isinstance(settings.get("auto"), bool):
-            self.block_auto.setChecked(settings["auto"])
+        for box, key in ((self.block_auto, "auto"), (self.lookup, "lookup")):
+            if isinstance(settings.get(key), bool):
+                box.setChecked(settings[key])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
         for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),
                            (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed")),
@@ -193,6 +201,7 @@ class PromptPanel(QGroupBox):
         self.max_tokens.setValue(s.max_tokens)
         self.block_size.setValue(s.block_size)
         self.block_auto.setChecked(s.block_auto)
+        self.lookup.setChecked(s.lookup)
         self.draft_window.setValue(s.draft_window)
         self.draft_sink.setValue(s.draft_sink)
 
@@ -208,5 +217,6 @@ class PromptPanel(QGroupBox):
         s.max_tokens = self.max_tokens.value()
         s.block_size = self.block_size.value()
         s.block_auto = self.block_auto.isChecked()
+        s.lookup = self.lookup.isChecked()
         s.draft_window = self.draft_window.value()
         s.draft_sink = self.draft_sink.value()

@@ -18,7 +18,9 @@ from engine import json_text
 from engine.errors import DFlashError
 from engine.safe_write import write_atomic
 from engine.decode.prompts import PROMPT_FORMATS
-from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES
+from engine.decode.settings import (
+    AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES,
+)
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -44,6 +46,7 @@ class AppSettings:
     max_tokens: int = DEFAULTS.max_tokens
     block_size: int = 0  # 0: the drafter's own
     block_auto: bool = AUTO_BY_DEFAULT  # --block-size auto: the verify length chosen each round
+    lookup: bool = LOOKUP_BY_DEFAULT  # --lookup: rounds verify a copy of the context where the text repeats it
     draft_window: int = DEFAULTS.draft_window  # 0: the drafter's whole context
     draft_sink: int = DEFAULTS.draft_sink
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()

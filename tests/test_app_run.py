@@ -82,12 +82,13 @@ def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_di
     run_and_wait(qtbot, w)
     pair = load_pair(*qwen3_tied_dirs)
     ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
-    events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4)))
+    events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4, lookup=True)))  # the window's default
     summary = events[-1]
     assert isinstance(summary, SummaryEvent)
     assert w.rounds_run.token_ids() == summary.token_ids
-    assert [r.accepted for r in w.rounds_run.rounds] == [e.accepted for e in events if isinstance(e, RoundEvent)]
-    assert all(len(r.drafted) <= 3 for r in w.rounds_run.rounds)
+    assert [(r.accepted, r.source) for r in w.rounds_run.rounds] == [
+        (e.accepted, e.source) for e in events if isinstance(e, RoundEvent)]
+    assert all(len(r.drafted) <= 3 for r in w.rounds_run.rounds if r.source == "drafter")
 
 
 def test_round_selection_and_token_clicks_are_linked(qtbot, make_window, alternating_dirs):
@@ -131,7 +132,9 @@ def test_ar_mode_tokens_are_plain_ar(qtbot, make_window, qwen3_tied_dirs):
 
 def test_stop_mid_run_with_esc(qtbot, make_window, qwen3_tied_dirs):
     w = make_window()
-    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000)  # the fixtures' context is 4096
+    # the fixtures' context is 4096; copies are off because this random target loops, and lookup
+    # would write its 4000 tokens in about 2 s, before the Esc
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000, lookup=False)
     w.activateWindow()
     w.start_run()
     qtbot.waitUntil(lambda: w.rounds.rounds_model.rowCount() >= 3, timeout=60_000)
@@ -223,6 +226,26 @@ def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen
     from app.settings import load_settings
 
     assert load_settings()[0].block_auto is True
+
+
+def test_a_window_run_takes_copies_by_default_and_can_be_told_not_to(qtbot, make_window, alternating_dirs):
+    """Copy lookup is on in a fresh window, as on the command line: on the alternating oracle's
+    repeating output a DFlash run verifies copies (chips of the lookup source) and stays identical
+    to AR; unticked, every draft is the drafter's, and the choice is saved."""
+    from app.settings import load_settings
+
+    w = make_window()
+    assert w.prompt.lookup.isChecked() and w.prompt.settings().lookup
+    choose(w, alternating_dirs, PROMPTS[2], max_tokens=40, mode="both")
+    run_and_wait(qtbot, w)
+    assert w.errors == [] and w.parity_view.result.identical
+    assert "lookup" in {r.source for r in w.rounds_run.rounds if r.drafted}
+    w.prompt.lookup.setChecked(False)
+    run_and_wait(qtbot, w)
+    assert w.errors == [] and w.parity_view.result.identical
+    assert {r.source for r in w.rounds_run.rounds if r.drafted} == {"drafter"}
+    w.save_settings()
+    assert load_settings()[0].lookup is False
 
 
 def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_window, qwen3_tied_dirs):

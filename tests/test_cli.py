@@ -2,6 +2,7 @@
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -357,6 +358,24 @@ def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
         assert settings.auto is True and settings.block_size is None
         fixed = _settings(parser.parse_args(command + ["--block-size", "8"]), "dflash")
         assert fixed.auto is False and fixed.block_size == 8
+
+
+def test_dflash_runs_take_copies_of_the_context_unless_told_not_to():
+    """Lookup inside DFlash rounds is what a user gets (the measured default, engine/decode/settings.py);
+    --no-lookup runs the drafter alone; a draft-model run never takes copies, whatever the flag."""
+    from engine.decode.settings import LOOKUP_BY_DEFAULT
+    from engine.tools.cli import _settings
+    from engine.tools.cli_parser import build_parser
+
+    assert LOOKUP_BY_DEFAULT is True
+    parser = build_parser()
+    for command in (["generate", "--prompt", "x"], ["parity", "--prompt", "x"], ["bench", "--prompts", "p.jsonl"]):
+        assert _settings(parser.parse_args(command), "dflash").lookup is True
+        assert _settings(parser.parse_args(command + ["--no-lookup"]), "dflash").lookup is False
+        assert _settings(parser.parse_args(command + ["--lookup"]), "dflash").lookup is True
+    draft_model = _settings(parser.parse_args(["generate", "--prompt", "x", "--draft-model", "m"]), "draft-model")
+    vocab_only = SimpleNamespace(head=SimpleNamespace(vocab_size=100), drafter=None)  # what resolved() reads here
+    assert draft_model.lookup is True and draft_model.resolved(vocab_only).lookup is False
 
 
 def test_a_prompt_auto_decoded_in_plain_steps_alone_did_not_end_at_its_first_token(qwen3_tied_dirs, tmp_path, capsys,

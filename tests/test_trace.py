@@ -8,7 +8,7 @@ from app.cli import main as cli
 from engine.errors import DFlashError
 from engine.decode.events import RoundEvent
 from engine.decode.decoder import generate
-from engine.decode.settings import GenerationSettings
+from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.tools.trace import SCHEMA, TraceWriter, read_trace
 
@@ -34,7 +34,7 @@ def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
         for key in ("index", "position", "anchor", "drafted", "accepted", "bonus", "committed", "draft_ms",
                     "verify_ms", "rollback_ms"):
             assert key in r
-        assert len(r["drafted"]) <= 15
+        assert len(r["drafted"]) <= (LOOKUP_MAX_DRAFT if r["source"] == "lookup" else 15)  # copies: the default
     summary = records[-1]
     assert summary["type"] == "summary" and summary["token_ids"] == out["token_ids"]
     committed = [t for r in rounds for t in r["committed"]]

@@ -15,7 +15,7 @@ import sys
 from typing import Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
-from engine.decode.settings import DEFAULTS, draft_context_text
+from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, draft_context_text
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes
@@ -60,7 +60,7 @@ def _settings(args, mode: str):
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
         draft_sink=draft_sink(args),
-        lookup=getattr(args, "lookup", False),
+        lookup=getattr(args, "lookup", LOOKUP_BY_DEFAULT),
         draft_model=getattr(args, "draft_model", None),
         num_draft=getattr(args, "num_draft", DEFAULTS.num_draft),
     )

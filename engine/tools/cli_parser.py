@@ -7,7 +7,7 @@ import argparse
 from typing import Any, Callable, Optional
 
 import engine
-from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, MAX_BLOCK, MODES, ROLLBACK_MODES
+from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MODES, ROLLBACK_MODES
 
 SAMPLING = DEFAULTS.sampling
 
@@ -71,9 +71,11 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                         "Hugging Face id) that drafts --num-draft tokens a round")
     p.add_argument("--num-draft", type=int, default=DEFAULTS.num_draft,
                    help=f"tokens the draft model drafts a round (default {DEFAULTS.num_draft})")
-    p.add_argument("--lookup", action="store_true",
+    p.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=LOOKUP_BY_DEFAULT,
                    help="DFlash rounds verify a copied span of the context instead of the drafter's block where "
-                        "the text being written repeats earlier text deeply (--mode lookup: copies alone)")
+                        "the text being written repeats earlier text"
+                        f"{' (the default; --no-lookup: the drafter alone)' if LOOKUP_BY_DEFAULT else ''}; "
+                        "--mode lookup: copies alone, no drafter")
 
 
 def _add_draft_context(p: argparse.ArgumentParser) -> None:
