@@ -135,3 +135,28 @@ def test_a_copy_ends_autos_plain_stretch(alternating_dirs, oracle_ids, monkeypat
     assert copies and sum(len(rounds[i].drafted) for i in copies) > 40  # most of the output came as copies
     assert all(r.source == "lookup" for r in rounds[copies[0]:])  # once the copy runs deep, only copies
     assert len(rounds) < len(plain_rounds) / 4
+
+
+def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_dirs, oracle_ids, monkeypatch):
+    """With --lookup each plain step asks whether a copy is ready; it must ask after the next forward
+    was queued (the target's cache already holds the token just read), as AR's loop overlaps a step
+    with the next one's graph building, or every plain step pays for that building alone."""
+    from engine.decode.speculative import SpeculativeDecoder
+    from engine.decode.verify_length import VerifyLengthController
+
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)  # plain stretches throughout
+    ahead = []  # per check: tokens in the target's cache minus tokens committed (prompt included)
+    real = SpeculativeDecoder.copy_ready
+
+    def copy_ready(self):
+        ahead.append(self.cache[0].offset - (len(self.prompt_ids) + len(self.out.tokens)))
+        return real(self)
+
+    monkeypatch.setattr(SpeculativeDecoder, "copy_ready", copy_ready)
+    pair = load_pair(*alternating_dirs)
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    mixed, rounds = run(pair, ids, max_tokens=80, auto=True, lookup=True)
+    assert mixed.token_ids == ar.token_ids and any(r.source == "lookup" for r in rounds)
+    # between rounds the anchor is not fed yet (-1); inside a stretch the next step is already queued (0)
+    assert set(ahead) == {-1, 0} and ahead.count(0) > 5

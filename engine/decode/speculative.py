@@ -164,13 +164,16 @@ class SpeculativeDecoder(Decoder):
         """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
         the next forward is queued before this token is read. Taps are kept for the drafter; there
         is nothing to roll back. The last token is never fed: it is the next round's anchor.
-        With lookup on, each token is read before the next forward is queued, and a copy worth
-        verifying (the proposer's copy_ready) ends the stretch: a copy is where auto's plain steps
-        lose most against a round."""
+        With lookup on, a copy worth verifying (the proposer's copy_ready) ends the stretch: a copy
+        is where auto's plain steps lose most against a round. The step already queued when the
+        copy shows is still taken (one more plain token, then the round) rather than waited for:
+        reading each token before queuing the next forward cost every plain step its overlap with
+        the next one's graph building."""
         model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
         start = self.position  # decode() moves self.position on as each step's event is taken
         watch = hasattr(self.proposer, "copy_ready")  # --lookup: DFlash rounds that take copies
+        ending = False  # a copy showed: the step queued then is the stretch's last
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
             with self.taps.capture():
@@ -183,16 +186,14 @@ class SpeculativeDecoder(Decoder):
         t0 = time.perf_counter()
         for i in range(n):
             token_array, taps = queued
-            more = i + 1 < n
-            if more and not watch:
+            more = i + 1 < n and not ending
+            if more:
                 queued = step(token_array)
             token = int(token_array.item())
             committed, _ = self.out.add_many([token])
             self.proposer.observe(committed, taps)
-            if more and watch:
-                more = not self.copy_ready()
-                if more:
-                    queued = step(token_array)
+            if more and watch and self.copy_ready():
+                ending = True
             self.verify_length.skipped()
             t1 = time.perf_counter()
             yield RoundEvent(index=index + i, position=start + i, anchor=anchor, drafted=[], accepted=0,
