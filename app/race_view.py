@@ -29,11 +29,13 @@ from app.run_record import RunRecord
 
 METHOD_TIPS = {
     "ar": "plain autoregressive decoding: the reference, always run first",
-    "dflash": "the DFlash drafter drafts a block each round; the target verifies it",
-    "dflash-auto": "DFlash with the auto verify length: each round verifies as many drafts as pay off here",
+    "dflash": "the DFlash drafter drafts a block each round (the drafter's fixed size, no copies); the target "
+              "verifies it",
+    "dflash-auto": "DFlash with the auto verify length, no copies (--no-lookup): each round verifies as many "
+                   "drafts as pay off here",
     "lookup": "no drafter: where the text repeats the context, the target verifies the copied continuation",
-    "dflash+lookup": "DFlash rounds, each verifying a copied span of the context instead of the drafter's "
-                     "block where the text repeats it deeply",
+    "dflash+lookup": "what a DFlash run does by default: auto verify length, and rounds that verify a copied "
+                     "span of the context instead of the drafter's block where the text repeats it",
     "draft-model": "classic speculation: a small autoregressive model with the target's tokenizer drafts "
                    "a few tokens one by one",
 }
