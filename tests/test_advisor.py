@@ -67,6 +67,9 @@ def test_rounds_that_verified_a_copy_say_nothing_about_the_drafter():
     assert both.committed == alone.committed and both.round_ms == pytest.approx(alone.round_ms)
     assert both.rounds == 6
     assert advise([copy] * 3, 0.2, curve) is None  # copies alone (lookup mode): nothing to advise on
+    # a streak open when a copy took over ends there, cut short as at a run's end: the drafter was
+    # not asked during the copy, so its streak does not run on into the next drafter round
+    assert streaks([_round(3), copy, copy, _round(1)]) == [3, 1]
 
 
 def test_bench_block_sizes_measures_each_and_predicts_them(alternating_dirs, tmp_path, capsys):

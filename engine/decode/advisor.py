@@ -82,8 +82,13 @@ def streaks(rounds: Iterable[Any]) -> list[int]:
     block's bonus continues its streak into the next round)."""
     out, run = [], 0
     for r in rounds:
-        if not field_of(r, "drafted") or not from_drafter(r):
-            continue  # nothing drafted (plain rounds, a run's last token) or a copy: no evidence either way
+        if not field_of(r, "drafted"):
+            continue  # nothing drafted (plain rounds, a run's last token): no evidence either way
+        if not from_drafter(r):  # a copy was verified instead: the drafter was not asked there
+            if run:
+                out.append(run - 1)  # a streak cut short, as at the end of a run
+            run = 0
+            continue
         acc = field_of(r, "accepted", 0)
         if field_of(r, "bonus_kind") == "bonus":
             run += acc + 1
