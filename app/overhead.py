@@ -56,14 +56,16 @@ class Headless:
 
     def tok_s(self) -> float:
         from engine.decode.decoder import generate
-        from engine.decode.settings import GenerationSettings
+        from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT, GenerationSettings
         from engine.decode.prompts import encode_prompt
 
         result = []
 
         def run():
             ids = encode_prompt(self.pair.tokenizer, self.args.prompt, chat=False)
-            settings = GenerationSettings(mode=self.args.mode, max_tokens=self.args.max_tokens)
+            # what the CLI arm and the window run: the defaults (auto verify length, copy lookup)
+            settings = GenerationSettings(mode=self.args.mode, max_tokens=self.args.max_tokens, auto=AUTO_BY_DEFAULT,
+                                          lookup=LOOKUP_BY_DEFAULT)
             result.append(list(generate(self.pair, ids, settings))[-1].tok_per_s)
 
         self._run_in_thread(run)
@@ -76,6 +78,7 @@ class Windowed:
 
         from app.theme import apply_theme
         from app.window import MainWindow
+        from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT
 
         self.app = QApplication.instance() or QApplication(sys.argv[:1])
         apply_theme(self.app)
@@ -89,6 +92,8 @@ class Windowed:
         p.max_tokens.setValue(args.max_tokens)
         p.temperature.setValue(0.0)
         p.block_size.setValue(0)
+        p.block_auto.setChecked(AUTO_BY_DEFAULT)  # the CLI arm's defaults, whatever a saved file said
+        p.lookup.setChecked(LOOKUP_BY_DEFAULT)
         p.set_mode(args.mode)
         self.w.show()
         self.gui_share: list[float] = []  # GUI-thread CPU seconds per second of decoding

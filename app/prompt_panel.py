@@ -55,7 +55,8 @@ class PromptPanel(QGroupBox):
         self.lookup.setToolTip("Where the text being written repeats earlier text (a pasted file being edited, a "
                                "loop), a round verifies the copied continuation, up to "
                                f"{LOOKUP_MAX_DRAFT} tokens, instead of the drafter's block. "
-                               "Lossless: a copy is accepted only where the target agrees.")
+                               "Lossless: verified like any draft (at temperature 0 a copied token is kept "
+                               "only where it is the target's own choice).")
 
         self.draft_window = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
         self.draft_window.setSpecialValueText("whole context")
@@ -175,7 +176,8 @@ class PromptPanel(QGroupBox):
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
         for box, key in ((self.block_auto, "auto"), (self.lookup, "lookup")):
-            if isinstance(settings.get(key), bool):
+            # an AR or draft-model run resolves both to false: that says nothing of a DFlash run's choice
+            if header.get("mode") == "dflash" and isinstance(settings.get(key), bool):
                 box.setChecked(settings[key])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
         for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),

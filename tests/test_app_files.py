@@ -56,12 +56,25 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     assert w2.prompt.prompt() == w.prompt.prompt() and w2.prompt.format.currentData() == "raw"
     assert w2.prompt.block_size.value() == 4 and w2.prompt.max_tokens.value() == w.prompt.max_tokens.value()
     assert w2.prompt.mode() == "dflash"
+    assert w2.prompt.lookup.isChecked() is header["settings"]["lookup"] is True
     assert w2.status_labels["device"].text() == f"device: {header['device']}"
 
     # Exporting the replay writes the same trace again.
     again_path = tmp_path / "again.jsonl"
     assert w2.export_trace(again_path)
     assert read_trace(again_path) == (header, records)
+
+
+def test_a_trace_of_an_ar_run_leaves_the_dflash_choices_alone(make_window):
+    """An AR (or draft-model) run's settings say auto and lookup are off because that mode takes
+    neither, not because its user turned them off: opening its trace keeps the boxes as they were.
+    A DFlash run's trace sets them."""
+    w = make_window()
+    assert w.prompt.lookup.isChecked() and w.prompt.block_auto.isChecked()
+    w.prompt.apply_trace_header({"mode": "ar", "settings": {"auto": False, "lookup": False}})
+    assert w.prompt.mode() == "ar" and w.prompt.lookup.isChecked() and w.prompt.block_auto.isChecked()
+    w.prompt.apply_trace_header({"mode": "dflash", "settings": {"auto": True, "lookup": False}})
+    assert not w.prompt.lookup.isChecked() and w.prompt.block_auto.isChecked()
 
 
 def test_replay_without_the_tokenizer_keeps_the_text(qtbot, make_window, qwen3_tied_dirs, tmp_path):

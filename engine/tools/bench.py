@@ -210,6 +210,7 @@ def run_bench(
         "max_tokens": settings.max_tokens,
         "block_size": resolved.block_size,
         "auto": resolved.auto,  # block_size then caps each round's verify length
+        "lookup": resolved.lookup,  # rounds verify a copy of the context instead where the text repeats it
         "temperature": settings.sampling.temperature,
         "blas": blas.status,
         "per_prompt": per_prompt,
