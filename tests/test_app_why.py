@@ -28,6 +28,10 @@ def test_advise_fills_the_why_tab_from_the_run(qtbot, make_window, alternating_d
     # the cost curve spans the drafter's whole block; the advice only the block the run verified
     assert len(w.why_view.cost_verify.getData()[0]) == w.loaded.facts["block_size"]
     assert "best fixed block size" in w.why_view.summary.text()
+    # copy lookup is on by default and the oracle repeats itself: the advice says the copies are left out
+    copies = sum(r.source == "lookup" for r in w.rounds_run.rounds)
+    assert copies > 0 and f"The {copies} rounds that verified a copy of the context are left out" in \
+        w.why_view.summary.text()
 
 
 def test_advise_before_any_run_says_what_to_do(qtbot, make_window):
