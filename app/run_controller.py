@@ -224,8 +224,8 @@ class RunController(QObject):
             replayed = self.replaying is not None and self.loaded is not None
             note = (f" The cost curve is the loaded pair's ({self.loaded.target}) on this machine."
                     if replayed else "")
-            copies = sum(1 for r in run.rounds if r.source == "lookup") if run is not None else 0
-            if copies:  # the advice is the drafter's: engine/decode/advisor.py leaves copies out
+            copies = msg.advice["copies"] if msg.advice else 0
+            if copies:  # the advice is the drafter's: the advisor left the copies out
                 note += (f" The {copies} rounds that verified a copy of the context are left out: this is what "
                          "the drafter's blocks alone would give.")
             w.why_view.show_advice(msg.curve, msg.advice, block, note)

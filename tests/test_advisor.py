@@ -65,7 +65,7 @@ def test_rounds_that_verified_a_copy_say_nothing_about_the_drafter():
     both = advise(mixed, (6 * 19.0 + 2 * 40.0 + 8 * 5.0) / 1000, curve, ar_tok_s=100.0)
     assert both.overhead_ms == pytest.approx(5.0) and alone.overhead_ms == pytest.approx(5.0)
     assert both.committed == alone.committed and both.round_ms == pytest.approx(alone.round_ms)
-    assert both.rounds == 6
+    assert both.rounds == 6 and both.copies == 2 and alone.copies == 0
     assert advise([copy] * 3, 0.2, curve) is None  # copies alone (lookup mode): nothing to advise on
     # a streak open when a copy took over ends there, cut short as at a run's end: the drafter was
     # not asked during the copy, so its streak does not run on into the next drafter round

@@ -45,8 +45,9 @@ class Advice:
     speedup: list[float]  # against ar_tok_s
     ar_tok_s: float
     overhead_ms: float
-    rounds: int
+    rounds: int  # the drafter's rounds it learnt from
     auto_tok_s: float
+    copies: int = 0  # rounds that verified a copy of the context instead (--lookup), left out
 
     @property
     def auto_speedup(self) -> float:
@@ -63,7 +64,7 @@ class Advice:
         return {"lengths": self.lengths, "committed": self.committed, "round_ms": self.round_ms,
                 "tok_s": self.tok_s, "speedup": self.speedup, "ar_tok_s": self.ar_tok_s,
                 "overhead_ms": self.overhead_ms, "rounds": self.rounds, "best": self.best,
-                "auto_tok_s": self.auto_tok_s, "auto_speedup": self.auto_speedup}
+                "auto_tok_s": self.auto_tok_s, "auto_speedup": self.auto_speedup, "copies": self.copies}
 
 
 def from_drafter(r: Any) -> bool:
@@ -122,8 +123,9 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
         return None
     # the rest of a round (rollback, events, text), over every round: the run's decode time per round
     # minus its draft and verify times
+    every = len(rounds)
     overhead = (1000.0 * decode_s - sum(field_of(r, "draft_ms", 0.0) + field_of(r, "verify_ms", 0.0)
-                                        for r in rounds)) / len(rounds)
+                                        for r in rounds)) / every
     rounds = [r for r in rounds if from_drafter(r)]
     if not rounds:
         return None
@@ -161,4 +163,5 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
         overhead_ms=round(overhead, 4),
         rounds=len(rounds),
         auto_tok_s=round(auto_tok_s, 3),
+        copies=every - len(rounds),
     )
