@@ -32,7 +32,8 @@ from app.worker import WorkerHost
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
-REFRESH_BUDGET = 0.015  # ...and slower when the GUI thread would use more than 1.5% of wall time
+REFRESH_BUDGET = 0.015  # ...and slower when the GUI thread would use more than 1.5% of wall time,
+REFRESH_MAX_S = 1.0  # ...but never less often than this
 PLOT_MIN_S = 1.0  # plots (the costliest repaint) at most this often, and every other refresh
 
 
@@ -58,7 +59,7 @@ class RunController(QObject):
         self.replaying: Optional[Path] = None
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
-        self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET)
+        self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
         self._last_plot = 0.0
         self._dirty = False
         self.timer = QTimer(self, singleShot=True)
@@ -74,6 +75,7 @@ class RunController(QObject):
     def _submit(self, job: Any) -> None:
         job_id = self.host.submit(job)
         self.active = (job_id, job)
+        self._throttle.reset()  # what the GUI did between jobs (clicks, the last run's plots) is not this job's
         self.w.prompt.set_running(True)
         self.w.race_view.set_running(True)
         self.w.models.load_button.setEnabled(False)

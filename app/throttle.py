@@ -11,14 +11,17 @@ class Throttle:
 
     The CPU time the GUI thread used since the previous refresh began (that refresh, the
     repaints it caused, the queue drains in between) sets the gap before the next one:
-    `max(min_interval, cpu / budget)`. Repaints happen after a refresh returns, so timing the
-    refresh alone would miss most of the cost; thread CPU time counts it all. With budget
-    0.02 the GUI thread stays near 2% of a core however many rounds arrive.
+    `min(max_interval, max(min_interval, cpu / budget))`. Repaints happen after a refresh returns,
+    so timing the refresh alone would miss most of the cost; thread CPU time counts it all. With
+    budget 0.02 the GUI thread stays near 2% of a core however many rounds arrive, and a view is
+    never older than `max_interval` (a run's first refresh after the user clicked around between
+    runs once waited 27 s: `reset()` as a job starts forgets that CPU, the cap bounds the rest).
     """
 
-    def __init__(self, min_interval: float, budget: float,
+    def __init__(self, min_interval: float, budget: float, max_interval: float = 1.0,
                  wall: Callable[[], float] = time.perf_counter, cpu: Callable[[], float] = time.thread_time):
         self.min_interval = min_interval
+        self.max_interval = max_interval
         self.budget = budget
         self.wall = wall
         self.cpu = cpu
@@ -33,9 +36,10 @@ class Throttle:
         now, cpu = self.wall(), self.cpu()
         cost = 0.0 if self._cpu0 is None else cpu - self._cpu0
         self._cpu0 = cpu
-        self.last_gap = max(self.min_interval, cost / self.budget)
+        self.last_gap = min(self.max_interval, max(self.min_interval, cost / self.budget))
         self.next_at = now + self.last_gap
 
     def reset(self) -> None:
+        """A new job: the next refresh is due now, and the GUI CPU spent before it is not counted."""
         self.next_at = 0.0
         self._cpu0 = None

@@ -1,5 +1,6 @@
 """The window's parts on their own: token alignment, refresh budget, the rounds view at scale, the gui command."""
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -12,7 +13,8 @@ from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.tokens import SpanAligner, chip_text
 
-from test_app_common import app_env  # noqa: F401
+from conftest import PROMPTS
+from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window  # noqa: F401
 
 
 @dataclass
@@ -96,6 +98,44 @@ def test_throttle_paces_refreshes_by_the_cpu_they_cost():
     assert not t.due()
     wall[0] = 0.61
     assert t.due()
+
+
+
+def test_throttle_never_waits_longer_than_its_cap():
+    """A costly refresh slows the next one, but a view is never older than max_interval."""
+    wall, cpu = [0.0], [0.0]
+    t = Throttle(min_interval=0.1, budget=0.015, max_interval=1.0, wall=lambda: wall[0], cpu=lambda: cpu[0])
+    t.started()
+    wall[0], cpu[0] = 0.1, 0.4  # 400 ms of GUI CPU: 27 s at this budget, uncapped
+    t.started()
+    assert t.last_gap == pytest.approx(1.0)
+    wall[0] = 1.11
+    assert t.due()
+
+
+def test_throttle_reset_forgets_the_cpu_spent_between_jobs():
+    """The GUI CPU used between two runs (a user clicking through tabs) does not delay the next
+    run's first refresh, nor the one after it."""
+    wall, cpu = [0.0], [0.0]
+    t = Throttle(min_interval=0.1, budget=0.015, max_interval=1.0, wall=lambda: wall[0], cpu=lambda: cpu[0])
+    t.started()  # the last refresh of a run
+    wall[0], cpu[0] = 30.0, 0.39  # browsing between runs
+    t.reset()  # a job starts
+    assert t.due()
+    t.started()
+    assert t.last_gap == pytest.approx(0.1)
+
+
+def test_a_job_refreshes_at_once_after_a_busy_gui(qtbot, make_window, qwen3_tied_dirs):
+    """Starting a run forgets the pacing the previous refreshes earned: its first refresh is due now."""
+    w = make_window()
+    throttle = w.controller._throttle
+    throttle.next_at = time.perf_counter() + 3600.0  # as after a refresh that cost a lot of GUI CPU
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8)
+    with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
+        w.start_run()
+        assert throttle.due()
+    assert w.errors == []
 
 
 class CountingDelegate(ChipDelegate):
