@@ -120,9 +120,11 @@ class ParityDone:
     speedup: float
     ar_tok_s: float
     dflash_tok_s: float
-    cancelled: bool
+    cancelled: bool  # Stop ended a run: `identical` is over the `compared` tokens both runs wrote
     mean_acceptance_length: Optional[float] = None
     round_in_ar_steps: Optional[float] = None  # the tau at which DFlash breaks even
+    compared: int = 0  # generated tokens the comparison covers
+    dflash_ran: bool = True  # False: Stop ended the AR run and DFlash did not start
 
 
 @dataclass

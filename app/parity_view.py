@@ -23,23 +23,33 @@ TOK_S = "tok/\u2060s"  # a word joiner: Qt may otherwise wrap the line after the
 
 
 def headline(result: ParityDone, temperature: float, dtype: str) -> str:
-    """The engine's verdict (as `parity` prints it) at the runs' temperature and logits dtype, then speed."""
+    """The engine's verdict (as `parity` prints it) at the runs' temperature and logits dtype, then speed.
+    A stopped comparison says how far it got and gives no speed: a run cut short has none to compare."""
+    if result.cancelled:
+        if not result.dflash_ran:
+            return "Stopped during the AR run: DFlash did not start, so there is nothing to compare."
+        if result.identical:
+            return (f"Stopped before the end: identical over the {result.compared:,} tokens both runs wrote "
+                    "(the rest was not compared).")
+        verdict = parity_verdict(False, result.first_divergence, result.margin_at_divergence, temperature, dtype).text
+        return f"Stopped before the end, but within the {result.compared:,} tokens both runs wrote: {verdict}."
     speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
              f"DFlash {result.dflash_tok_s:.1f} {TOK_S})")
     if result.round_in_ar_steps and result.mean_acceptance_length:
         speed += (f". A round cost {result.round_in_ar_steps:.2f} AR steps, so DFlash breaks even at "
                   f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")
-    if result.cancelled:
-        return f"Stopped before the end; outputs compared so far. {speed}"
     verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
                              temperature, dtype).text
     return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
 
 
-def parity_mark(result: ParityDone, dflash: RunRecord) -> str:
+def parity_mark(result: ParityDone, ar: RunRecord) -> str:
     """The Parity tab's mark: ✓ identical, ✗ a divergence at a clear margin, ≈ a near-tie flip,
-    and ~ at T > 0, where two samples are compared only in distribution."""
-    temperature, dtype = run_conditions(dflash)
+    and ~ at T > 0, where two samples are compared only in distribution; – when Stop left nothing
+    to compare (a stopped comparison is marked by what the tokens both runs wrote show)."""
+    if result.cancelled and not result.compared:
+        return "–"
+    temperature, dtype = run_conditions(ar)
     kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
                           temperature, dtype).kind
     return {IDENTICAL: "✓", NEAR_TIE: "≈", SAMPLES: "~"}.get(kind, "✗")
@@ -84,10 +94,13 @@ class ParityView(QWidget):
             else:
                 view.refresh()
 
-    def show_result(self, result: ParityDone, ar: RunRecord, dflash: RunRecord) -> None:
+    def show_result(self, result: ParityDone, ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         self.result = result
         self.show_runs(ar, dflash)
-        self.differences = differing_tokens(ar.token_ids(), dflash.token_ids())
+        a, b = ar.token_ids(), (dflash.token_ids() if dflash is not None else [])
+        if result.cancelled:  # a stopped run's missing tail is no difference
+            a, b = a[: result.compared], b[: result.compared]
+        self.differences = differing_tokens(a, b)
         first = result.first_divergence
         self.ar.mark_tokens(self.differences, first)
         self.dflash.mark_tokens(self.differences, first)

@@ -288,8 +288,8 @@ class RunController(QObject):
             self._dirty = False
         if final:
             self._dirty = False
-            if self.parity is not None and "ar" in self.runs and "dflash" in self.runs:
-                w.show_parity(self.parity, self.runs["ar"], self.runs["dflash"])
+            if self.parity is not None and "ar" in self.runs:  # no "dflash" when Stop ended AR's run
+                w.show_parity(self.parity, self.runs["ar"], self.runs.get("dflash"))
 
     def _job_done(self, msg: JobDone) -> None:
         w = self.w
@@ -304,8 +304,10 @@ class RunController(QObject):
             if run is not None and run.summary is not None:
                 s = run.summary
                 reused = f"; {s.reused_tokens:,} prompt tokens reused from the last run" if s.reused_tokens else ""
-                w.statusBar().showMessage(
-                    f"{s.mode}: {s.num_generated} tokens, {s.tok_per_s:.1f} tok/s, stop: {s.stop_reason}{reused}")
+                speed = f"{run.tok_per_s:.1f} tok/s" if run.tok_per_s is not None else "no decoding speed"
+                stop = "stopped in the prompt" if s.stop_reason == "cancelled" and not s.num_generated else \
+                    f"stop: {s.stop_reason}"
+                w.statusBar().showMessage(f"{s.mode}: {s.num_generated} tokens, {speed}, {stop}{reused}")
             elif msg.cancelled:
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)

@@ -243,9 +243,9 @@ class MainWindow(QMainWindow):
             self.models.status.setText("no pair loaded")
             self.show_error("Could not load the pair", message)
 
-    def show_parity(self, parity: ParityDone, ar: RunRecord, dflash: RunRecord) -> None:
+    def show_parity(self, parity: ParityDone, ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         self.parity_view.show_result(parity, ar, dflash)
-        self.center_tabs.setTabText(1, f"Parity {parity_mark(parity, dflash)}")
+        self.center_tabs.setTabText(1, f"Parity {parity_mark(parity, ar)}")
 
     def update_status(self) -> None:
         self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)

@@ -230,10 +230,12 @@ class Worker(QObject):
                 margin_at_divergence=result.margin_at_divergence,
                 speedup=result.speedup,
                 ar_tok_s=result.ar.tok_per_s,
-                dflash_tok_s=result.dflash.tok_per_s,
-                cancelled=job.cancel.cancelled,
-                mean_acceptance_length=result.dflash.mean_acceptance_length,
+                dflash_tok_s=result.dflash.tok_per_s if result.dflash is not None else 0.0,
+                cancelled=result.cancelled,
+                mean_acceptance_length=result.dflash.mean_acceptance_length if result.dflash is not None else None,
                 round_in_ar_steps=result.round_in_ar_steps,
+                compared=result.compared,
+                dflash_ran=result.dflash is not None,
             ))
         else:
             settings = replace(job.settings, mode=job.mode)

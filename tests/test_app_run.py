@@ -153,6 +153,40 @@ def test_stop_mid_run_with_esc(qtbot, make_window, qwen3_tied_dirs):
     assert w.rounds_run.summary.stop_reason == "max_tokens"
 
 
+
+def test_stop_in_both_mode_compares_what_both_runs_wrote(qtbot, make_window, qwen3_tied_dirs):
+    """Stop during the DFlash half: its output is shorter than AR's, and that is no divergence."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=1500, mode="both", lookup=False, block_auto=False)
+    w.activateWindow()
+    w.start_run()
+    qtbot.waitUntil(lambda: "dflash" in w.controller.runs and len(w.controller.runs["dflash"].tokens) > 1,
+                    timeout=120_000)
+    with qtbot.waitSignal(w.run_finished, timeout=30_000):
+        qtbot.keyClick(w.prompt.editor, Qt.Key.Key_Escape)
+    ar, df = w.controller.runs["ar"], w.controller.runs["dflash"]
+    assert df.summary.stop_reason == "cancelled" and len(df.tokens) < len(ar.tokens)
+    assert w.center_tabs.tabText(1) == "Parity ✓"
+    assert w.parity_view.headline.text().startswith(
+        f"Stopped before the end: identical over the {len(df.tokens):,} tokens")
+    assert w.parity_view.differences == []
+    assert w.errors == []
+
+
+def test_stop_in_both_mode_during_ar_does_not_start_dflash(qtbot, make_window, qwen3_tied_dirs):
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000, mode="both", lookup=False, block_auto=False)
+    w.activateWindow()
+    w.start_run()
+    qtbot.waitUntil(lambda: "ar" in w.controller.runs and len(w.controller.runs["ar"].tokens) > 1, timeout=60_000)
+    with qtbot.waitSignal(w.run_finished, timeout=30_000):
+        qtbot.keyClick(w.prompt.editor, Qt.Key.Key_Escape)
+    assert "dflash" not in w.controller.runs
+    assert w.center_tabs.tabText(1) == "Parity –"
+    assert w.parity_view.headline.text().startswith("Stopped during the AR run")
+    assert w.errors == [] and w.prompt.run_button.isEnabled()
+
+
 def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs):
     """A diverging case built honestly: at temperature 1 AR and DFlash draw their random numbers
     differently (speculative sampling), so with the same seed their outputs differ."""
@@ -266,3 +300,13 @@ def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_w
     cold = list(generate(pair, ids, GenerationSettings(max_tokens=16)))[-1]
     assert summary.token_ids == cold.token_ids
     assert all(not isinstance(e, PrefillEvent) for e in w.rounds_run.events)  # progress is not part of a trace
+
+
+def test_a_one_token_run_shows_no_speed(qtbot, make_window, qwen3_tied_dirs):
+    """The only token is the prefill's: a rate over it (thousands of tok/s) would mean nothing."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=1)
+    run_and_wait(qtbot, w)
+    assert w.current_run.summary.num_generated == 1
+    assert w.status_labels["tok/s"].text() == "tok/s: –"
+    assert "no decoding speed" in w.statusBar().currentMessage()

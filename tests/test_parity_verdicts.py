@@ -107,3 +107,23 @@ def test_window_headline_follows_temperature_and_dtype():
                     "float32").startswith("Identical: DFlash reproduced AR token for token.")
     start = StartEvent("ar", {"sampling": {"temperature": 0.8}}, {"dtype": "bfloat16"}, [1, 2])
     assert run_conditions(RunRecord(start)) == (0.8, "bfloat16")
+
+
+def test_window_headline_of_a_stopped_comparison():
+    """Stop leaves a shorter run: the headline says how far the comparison got and shows no speed."""
+    from app.parity_view import headline, parity_mark
+    from app.run_record import RunRecord
+
+    so_far = headline(_done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True,
+                            compared=37), 0.0, "float32")
+    assert so_far.startswith("Stopped before the end: identical over the 37 tokens") and "tok" in so_far
+    assert "speedup" not in so_far
+    diverged = headline(_done(cancelled=True, compared=37), 0.0, "float32")
+    assert "within the 37 tokens" in diverged and "real divergence" in diverged
+    nothing = _done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True, compared=0,
+                    dflash_ran=False)
+    assert headline(nothing, 0.0, "float32").startswith("Stopped during the AR run: DFlash did not start")
+    ar = RunRecord(StartEvent("ar", {"sampling": {"temperature": 0.0}}, {"dtype": "float32"}, [1, 2]))
+    assert parity_mark(nothing, ar) == "–"
+    assert parity_mark(_done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True,
+                             compared=37), ar) == "✓"

@@ -101,13 +101,22 @@ def round_in_ar_steps(dflash_decode_s: float, rounds: int, ar_tok_s: float) -> O
 
 @dataclass
 class ParityResult:
-    identical: bool
+    identical: bool  # over the tokens compared: the whole outputs, or (stopped) those both runs wrote
     first_divergence: Optional[int]  # index into the generated tokens
     margin_at_divergence: Optional[float]  # AR's top-1 minus top-2 logit there
     ar: SummaryEvent
-    dflash: SummaryEvent
+    dflash: Optional[SummaryEvent]  # None: Stop ended the AR run, and DFlash did not start
     temperature: float = 0.0
     logits_dtype: str = "float32"  # the dtype the target computes its logits in
+    cancelled: bool = False  # Stop ended a run: only the tokens both runs wrote were compared
+
+    @property
+    def compared(self) -> int:
+        """How many generated tokens the comparison covers."""
+        if self.dflash is None:
+            return 0
+        a, b = len(self.ar.token_ids), len(self.dflash.token_ids)
+        return min(a, b) if self.cancelled else max(a, b)
 
     @property
     def verdict(self) -> Verdict:
@@ -120,15 +129,19 @@ class ParityResult:
 
     @property
     def speedup(self) -> float:
+        if self.dflash is None:
+            return 0.0
         return self.dflash.tok_per_s / self.ar.tok_per_s if self.ar.tok_per_s else 0.0
 
     @property
     def round_in_ar_steps(self) -> Optional[float]:
         d = self.dflash  # the real rounds' own time: auto's plain steps are no rounds
+        if d is None:
+            return None
         return round_in_ar_steps((d.mean_round_ms or 0.0) * d.num_rounds / 1000, d.num_rounds, self.ar.tok_per_s)
 
     def to_dict(self) -> dict:
-        verdict = self.verdict
+        verdict, d = self.verdict, self.dflash
         return {
             "identical": self.identical,
             "first_divergence": self.first_divergence,
@@ -137,13 +150,14 @@ class ParityResult:
             "near_tie": verdict.near_tie,
             "logits_dtype": self.logits_dtype,
             "temperature": self.temperature,
+            "cancelled": self.cancelled,
             "ar_tok_s": self.ar.tok_per_s,
-            "dflash_tok_s": self.dflash.tok_per_s,
+            "dflash_tok_s": d.tok_per_s if d is not None else None,
             "speedup": round(self.speedup, 4),
-            "mean_acceptance_length": self.dflash.mean_acceptance_length,
+            "mean_acceptance_length": d.mean_acceptance_length if d is not None else None,
             "round_in_ar_steps": self.round_in_ar_steps,
             "ar_tokens": self.ar.num_generated,
-            "dflash_tokens": self.dflash.num_generated,
+            "dflash_tokens": d.num_generated if d is not None else 0,
         }
 
 
@@ -197,7 +211,20 @@ def run_parity(
             on_event(event)
             if isinstance(event, SummaryEvent):
                 summaries[mode] = event
-    ar, df = summaries["ar"], summaries["dflash"]
-    where, margin = divergence(pair, prompt_ids, ar.token_ids, df.token_ids)
-    return ParityResult(where is None, where, margin, ar, df, temperature=settings.sampling.temperature,
-                        logits_dtype=dtype_name(pair.head.dtype))
+        if cancel is not None and cancel.cancelled:
+            break  # Stop during the AR run: DFlash does not start
+    return compare_runs(pair, prompt_ids, summaries["ar"], summaries.get("dflash"), settings.sampling.temperature)
+
+
+def compare_runs(pair: LoadedPair, prompt_ids: list[int], ar: SummaryEvent, dflash: Optional[SummaryEvent],
+                 temperature: float) -> ParityResult:
+    """The parity of two runs of one prompt. A run that Stop ended is compared over the tokens both
+    wrote: its missing tail is no difference (a stopped run once read as a divergence at a clear margin)."""
+    cancelled = dflash is None or "cancelled" in (ar.stop_reason, dflash.stop_reason)
+    a, b = ar.token_ids, (dflash.token_ids if dflash is not None else [])
+    if cancelled:
+        n = min(len(a), len(b))
+        a, b = a[:n], b[:n]
+    where, margin = divergence(pair, prompt_ids, a, b)
+    return ParityResult(where is None, where, margin, ar, dflash, temperature=temperature,
+                        logits_dtype=dtype_name(pair.head.dtype), cancelled=cancelled)
