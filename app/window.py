@@ -269,7 +269,10 @@ class MainWindow(QMainWindow):
     # ---- files -----------------------------------------------------------------------------
 
     def primary_run(self) -> Optional[RunRecord]:
-        """What exports write: the DFlash run when there is one (in Both mode too), else the last run."""
+        """What exports write: in a race, the method on show (the row picked, else the one running);
+        otherwise the DFlash run when there is one (in Both mode too), else the last run."""
+        if self.controller.job_mode == "race":
+            return self.current_run
         return self.runs.get("dflash") or self.current_run
 
     def _export(self, what: str, fn, path: str | Path) -> bool:

@@ -1,11 +1,13 @@
 """The Race tab through the real worker thread: every method runs in turn, the table holds the
 engine's figures, a row opens its run, Stop and a bad draft model behave."""
 
+import json
+
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app import theme
+from app import files, theme
 from app.race_view import COLUMNS
 
 from conftest import PROMPTS
@@ -28,7 +30,7 @@ def race_and_wait(qtbot, w, timeout=RUN_TIMEOUT_MS):
         qtbot.mouseClick(w.race_view.race_button, Qt.MouseButton.LeftButton)
 
 
-def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_window, qwen3_tied_dirs):
+def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_window, qwen3_tied_dirs, tmp_path):
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=24, block_size=4)
     methods = ["ar", "dflash", "lookup", "dflash+lookup", "draft-model"]
@@ -82,6 +84,13 @@ def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_windo
         assert w.output.plain_text() == run.summary.text
         assert list(w.plots.series()["acceptance_length"]) == [r.accepted + 1 for r in run.rounds]
         assert theme.METHOD_LABEL[m] in w.status_labels["tok/s"].text()
+        # File > Export writes the method on show (it once wrote the fixed-block DFlash run whatever the row)
+        assert w.export_trace(tmp_path / f"{m}.jsonl")
+        saved = files.open_trace(tmp_path / f"{m}.jsonl")
+        assert saved.token_ids() == run.token_ids() and [r.source for r in saved.rounds] == \
+            [r.source for r in run.rounds]
+        assert saved.start.mode == run.start.mode
+        assert saved.start.settings == json.loads(json.dumps(run.start.settings))  # as JSON keeps it
     view.select_method("ar")
     assert w.rounds_run is None and w.current_run is w.runs["ar"] and w.rounds.rounds_model.rowCount() == 0
 
