@@ -59,6 +59,7 @@ class RunController(QObject):
         self.replaying: Optional[Path] = None
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
+        self._starting_mode: Optional[str] = None  # a run submitted whose first event has not come yet
         self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
         self._last_plot = 0.0
         self._dirty = False
@@ -101,8 +102,9 @@ class RunController(QObject):
         load = self._load_first(target, drafter, cancel)
         job = RunJob(prompt.prompt(), prompt.chat_flag(), prompt.thinking_flag(), prompt.mode(),
                      prompt.settings(), load=load, cancel=cancel)
-        self.clear_runs()
-        self.job_mode = job.mode
+        # the views make way when the run starts (its first event): a run refused before it starts (a
+        # prompt over the context, say) leaves the last results on show
+        self._starting_mode = job.mode
         self.w.statusBar().showMessage("running…")
         self._submit(job)
 
@@ -244,6 +246,9 @@ class RunController(QObject):
             w.show_error("The run failed", msg.message)
 
     def _engine_event(self, msg: EngineEvent) -> None:
+        if self._starting_mode is not None:  # the run started: the last one's results make way
+            self.clear_runs()
+            self.job_mode, self._starting_mode = self._starting_mode, None
         if isinstance(msg.event, PrefillEvent):  # progress only: not part of the run's record or trace
             self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
             return
@@ -301,7 +306,12 @@ class RunController(QObject):
         w.models.load_button.setEnabled(True)
         if msg.kind == "run":
             run = self.current_run
-            if run is not None and run.summary is not None:
+            if self._starting_mode is not None:  # refused, failed or stopped before it started
+                self._starting_mode = None
+                w.statusBar().showMessage("stopped before the run started" if msg.cancelled else
+                                          "the run did not start" + ("; the last results are still on show"
+                                                                     if self.runs else ""))
+            elif run is not None and run.summary is not None:
                 s = run.summary
                 reused = f"; {s.reused_tokens:,} prompt tokens reused from the last run" if s.reused_tokens else ""
                 speed = f"{run.tok_per_s:.1f} tok/s" if run.tok_per_s is not None else "no decoding speed"

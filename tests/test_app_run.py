@@ -14,7 +14,7 @@ from engine.models.pair import load_pair
 from app.run_record import ACCEPTED, AR, PREFILL
 
 from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait, split_events  # noqa: F401
+from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window, run_and_wait, split_events  # noqa: F401
 
 
 def point_of_token(view, token_index):
@@ -310,3 +310,24 @@ def test_a_one_token_run_shows_no_speed(qtbot, make_window, qwen3_tied_dirs):
     assert w.current_run.summary.num_generated == 1
     assert w.status_labels["tok/s"].text() == "tok/s: –"
     assert "no decoding speed" in w.statusBar().currentMessage()
+
+
+def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3_tied_dirs):
+    """A run the engine refuses before it starts (prompt plus max tokens past the context) shows its
+    error and keeps the last run's output, rounds and figures, instead of clearing them first."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12)
+    run_and_wait(qtbot, w)
+    last = w.current_run
+    text, rows = w.output.plain_text(), w.rounds.rounds_model.rowCount()
+    w.prompt.max_tokens.setValue(100_000)  # the fixtures' context is 4096
+    with qtbot.waitSignal(w.error_shown, timeout=RUN_TIMEOUT_MS):
+        run_and_wait(qtbot, w)
+    assert "max tokens" in w.errors[-1]
+    assert w.current_run is last and w.output.plain_text() == text and w.rounds.rounds_model.rowCount() == rows
+    assert w.status_labels["tokens"].text() == f"tokens: {len(last.tokens)}"
+    assert w.statusBar().currentMessage() == "the run did not start; the last results are still on show"
+    # and the next run that starts replaces them
+    w.prompt.max_tokens.setValue(5)
+    run_and_wait(qtbot, w)
+    assert w.current_run is not last and w.current_run.summary.num_generated == 5
