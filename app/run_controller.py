@@ -21,7 +21,7 @@ from typing import Any, Optional
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, to_dict
+from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, SummaryEvent, to_dict
 from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
     ParityDone, RaceDone, RaceJob, RunFailed, RunJob,
@@ -312,12 +312,9 @@ class RunController(QObject):
                                           "the run did not start" + ("; the last results are still on show"
                                                                      if self.runs else ""))
             elif run is not None and run.summary is not None:
-                s = run.summary
-                reused = f"; {s.reused_tokens:,} prompt tokens reused from the last run" if s.reused_tokens else ""
-                speed = f"{run.tok_per_s:.1f} tok/s" if run.tok_per_s is not None else "no decoding speed"
-                stop = "stopped in the prompt" if s.stop_reason == "cancelled" and not s.num_generated else \
-                    f"stop: {s.stop_reason}"
-                w.statusBar().showMessage(f"{s.mode}: {s.num_generated} tokens, {speed}, {stop}{reused}")
+                message = done_message(run.summary)
+                w.statusBar().showMessage(message)
+                w.statusBar().setToolTip(message)  # the whole line, where a narrow window cuts it
             elif msg.cancelled:
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)
@@ -363,7 +360,18 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def done_message(s: SummaryEvent) -> str:
+    """The status line after a run: short enough for a laptop's status bar beside the figures (tok/s,
+    tau and tokens have labels of their own there), with how much of the prompt was reused."""
+    tokens = f"{s.num_generated:,} token" + ("s" if s.num_generated != 1 else "")
+    if s.stop_reason == "cancelled":
+        head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "in the prompt")
+    else:
+        head = f"{s.mode}: {tokens}, {s.stop_reason}"
+    return head + (f"; prompt reused {s.reused_tokens:,}/{s.prompt_tokens:,}" if s.reused_tokens else "")
+
+
 def prefill_message(label: str, event: PrefillEvent) -> str:
     """The status line while the prompt runs through the target."""
-    reused = f" ({event.reused:,} reused from the last run)" if event.reused else ""
+    reused = f" ({event.reused:,} reused)" if event.reused else ""
     return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 from app.run_record import RunRecord
 from app.theme import METHOD_LABEL
 
-DEVICE_WIDTH = 220  # px
+DEVICE_WIDTH = 180  # px: the whole line is in its tooltip
 
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
 

@@ -294,7 +294,7 @@ def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_w
     w.prompt.max_tokens.setValue(16)
     run_and_wait(qtbot, w)
     summary = w.rounds_run.summary
-    assert summary.reused_tokens == n and f"{n:,} prompt tokens reused" in w.statusBar().currentMessage()
+    assert summary.reused_tokens == n and f"prompt reused {n:,}/{n:,}" in w.statusBar().currentMessage()
     pair = load_pair(*qwen3_tied_dirs)
     ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
     cold = list(generate(pair, ids, GenerationSettings(max_tokens=16)))[-1]
@@ -309,7 +309,7 @@ def test_a_one_token_run_shows_no_speed(qtbot, make_window, qwen3_tied_dirs):
     run_and_wait(qtbot, w)
     assert w.current_run.summary.num_generated == 1
     assert w.status_labels["tok/s"].text() == "tok/s: –"
-    assert "no decoding speed" in w.statusBar().currentMessage()
+    assert w.statusBar().currentMessage() == "dflash: 1 token, max_tokens"
 
 
 def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3_tied_dirs):
