@@ -19,12 +19,18 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.decode.calibration import calibration
-from engine.decode.depth_stats import DepthStats, bin_middle, round_times, step_times
+from engine.decode.depth_stats import DepthStats, round_times, step_times
 from engine.decode.events import TextEvent
 from app import theme
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 
+
+
+def mean_style(colour: str) -> dict:
+    """A depth range's mean: a line through the ranges, and a marker on each, so that a run whose
+    rounds all fall in one range (a long prompt, 128 tokens) still shows its mean."""
+    return dict(pen=pg.mkPen(colour, width=2), symbol="s", symbolSize=8, symbolPen=None, symbolBrush=colour)
 
 class WhyView(QWidget):
     advise_requested = Signal()
@@ -80,15 +86,15 @@ class WhyView(QWidget):
         self.p_depth_acc.setLabel("bottom", "context depth (tokens)")
         self.depth_acc_dots = self.p_depth_acc.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                                     symbolBrush=translucent_brush(theme.PLOT_DFLASH, 110))
-        self.depth_acc_mean = self.p_depth_acc.plot(pen=pg.mkPen(theme.PLOT_DFLASH, width=2))
+        self.depth_acc_mean = self.p_depth_acc.plot(**mean_style(theme.PLOT_DFLASH))
 
         self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2)
         self.p_depth_cost.setTitle("Cost by context depth (ms): DFlash round, AR step", **TITLE)
         self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
         self.depth_cost_dots = self.p_depth_cost.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                                       symbolBrush=translucent_brush(theme.PLOT_VERIFY, 110))
-        self.depth_cost_mean = self.p_depth_cost.plot(pen=pg.mkPen(theme.PLOT_VERIFY, width=2))
-        self.depth_ar_mean = self.p_depth_cost.plot(pen=pg.mkPen(theme.PLOT_AR, width=2))
+        self.depth_cost_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_VERIFY))
+        self.depth_ar_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_AR))
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -125,7 +131,7 @@ class WhyView(QWidget):
             stats.add_steps(step_times([e for e in ar_run.events if isinstance(e, TextEvent)],
                                        ar_run.summary.prompt_tokens))
         rows = stats.rows()
-        middle = [bin_middle(b.index) for b in rows]
+        middle = [b.mean_depth for b in rows]
         with_tau = [(m, b.tau) for m, b in zip(middle, rows) if b.tau is not None]
         self.depth_acc_mean.setData([m for m, _ in with_tau], [t for _, t in with_tau])
         with_cost = [(m, b.round_ms) for m, b in zip(middle, rows) if b.round_ms is not None]

@@ -81,5 +81,11 @@ def test_the_why_tab_plots_acceptance_and_cost_by_depth(qtbot, qwen3_pair):
     x, y = view.depth_acc_dots.getData()
     assert list(x) == [r.position for r in runs["dflash"].rounds] and list(y) == [r.accepted + 1 for r in runs["dflash"].rounds]
     assert len(view.depth_cost_mean.getData()[0]) >= 1 and len(view.depth_ar_mean.getData()[0]) >= 1
+    # every round of this run is in one depth range: its mean is one point, drawn as a marker among
+    # the dots (a line through one point draws nothing, and the range's middle lay outside the dots)
+    for mean in (view.depth_acc_mean, view.depth_cost_mean, view.depth_ar_mean):
+        mx_, _ = mean.getData()
+        assert len(mx_) == 1 and min(x) <= mx_[0] <= max(x) + 24
+        assert mean.opts["symbol"] is not None
     view.update_run(None)
     assert len(view.depth_acc_dots.getData()[0] or []) == 0
