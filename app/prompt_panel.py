@@ -63,9 +63,12 @@ class PromptPanel(QGroupBox):
         self.draft_window.setToolTip("The drafter sees only the last N positions of the context (its full-attention "
                                      "layers; sliding ones keep their trained window). A drafter trained on short "
                                      "windows drafts better deep in a long prompt with a window near its training "
-                                     "length. Lossless whatever it is.")
+                                     "length. Lossless whatever it is. With auto verify length, the first run "
+                                     "at a new window or sink measures the drafter's cost there (seconds; kept "
+                                     "for the next runs).")
         self.draft_sink = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_sink)
-        self.draft_sink.setToolTip("...and the first N positions of the context, beside the window")
+        self.draft_sink.setToolTip("...and the first N positions of the context, beside the window (a new value "
+                                   "is measured once, as the window is)")
         self.draft_window.valueChanged.connect(lambda w: self.draft_sink.setEnabled(w > 0))
 
         self.mode_group = QButtonGroup(self)
