@@ -321,7 +321,11 @@ class MainWindow(QMainWindow):
             if device is not None:
                 self.status_line.show_device(device)
         self.center_tabs.setCurrentWidget(self.output)
-        self.statusBar().showMessage(f"replaying {path}")
+        if run.summary is None:  # a stopped run still ends with its summary: this file was cut short
+            self.notify(f"{Path(path).name} ends after {len(run.rounds)} rounds, without the run's summary: the "
+                        "file was cut short (a crash or a copy that did not finish); its totals are missing.")
+        else:
+            self.statusBar().showMessage(f"replaying {path}")
         return True
 
     # ---- drag and drop ---------------------------------------------------------------------

@@ -37,14 +37,10 @@ log = logging.getLogger("app.worker")
 
 
 def _device_name() -> str:
-    import mlx.core as mx
-
     from engine.runtime import blas
-    from engine.runtime.streams import STREAM
+    from engine.runtime.streams import device_kind
 
-    with mx.stream(STREAM):
-        device = mx.default_device()
-    kind = "gpu" if device.type == mx.DeviceType.gpu else "cpu"
+    kind = device_kind()
     blas_name = blas.status.split(" (")[0]  # drop the library path
     return f"{kind} (blas: {blas_name})" if kind == "cpu" else kind
 

@@ -63,6 +63,16 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     again_path = tmp_path / "again.jsonl"
     assert w2.export_trace(again_path)
     assert read_trace(again_path) == (header, records)
+    assert not any("cut short" in n for n in w2.notices)
+
+    # A copy cut short (half its lines, the last one torn) opens what it holds and says what is missing.
+    lines = path.read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[: len(lines) // 2]) + lines[len(lines) // 2][:10])
+    assert w2.open_trace(cut)
+    kept = w2.rounds_run
+    assert kept.summary is None and 0 < len(kept.rounds) < len(run.rounds)
+    assert w2.notices[-1].startswith(f"cut.jsonl ends after {len(kept.rounds)} rounds, without the run's summary")
 
 
 def test_a_trace_of_an_ar_run_leaves_the_dflash_choices_alone(make_window):

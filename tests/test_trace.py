@@ -28,6 +28,7 @@ def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):
         assert header[key] is not None, key
     assert header["prompt_ids"] == out["prompt_token_ids"]
     assert header["prompt"] == {"text": PROMPTS[0], "format": "raw"}
+    assert header["device"].split(" (")[0] in ("cpu", "gpu")  # as people name it, not MLX's 'Device(cpu, 0)'
     rounds = [r for r in records if r["type"] == "round"]
     assert len(rounds) == out["num_rounds"] + out["num_plain_steps"]  # auto's plain steps are recorded too
     for r in rounds:

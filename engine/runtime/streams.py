@@ -8,3 +8,8 @@ each thread (e.g. the app's worker) its own.
 import mlx.core as mx
 
 STREAM = mx.new_thread_local_stream(mx.default_device())
+
+
+def device_kind() -> str:
+    """'gpu' or 'cpu': the device the engine's stream runs on, as people name it (not 'Device(cpu, 0)')."""
+    return "gpu" if STREAM.device.type == mx.DeviceType.gpu else "cpu"

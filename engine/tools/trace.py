@@ -25,12 +25,13 @@ def environment() -> dict[str, Any]:
 
     from engine import __version__
     from engine.runtime import blas
+    from engine.runtime.streams import device_kind
 
     return {
         "app_version": __version__,
         "mlx_version": mx.__version__,
         "mlx_lm_version": mlx_lm.__version__,
-        "device": f"{mx.default_device()} ({platform.system()} {platform.machine()}, blas: {blas.status})",
+        "device": f"{device_kind()} ({platform.system()} {platform.machine()}, blas: {blas.status})",
     }
 
 
