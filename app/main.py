@@ -102,6 +102,14 @@ def run_gui(args: argparse.Namespace) -> int:
 
 def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int]) -> int:
     from engine.decode.settings import DEFAULTS
+    from engine.errors import DFlashError
+    from engine.safe_write import check_output, replace_with, temporary_name
+
+    try:  # before the demo run: a path that cannot be written costs nothing
+        path = check_output(path, "the screenshot")
+    except DFlashError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     from PySide6.QtCore import QEventLoop
     from PySide6.QtGui import QGuiApplication
@@ -137,8 +145,11 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
     except OSError as exc:
         print(f"error: {path.parent}: cannot create the folder ({exc.strerror}).", file=sys.stderr)
         return 2
-    if not window.grab().save(str(path), "PNG"):
+    tmp = temporary_name(path, ".png")
+    if not window.grab().save(str(tmp), "PNG"):
+        tmp.unlink(missing_ok=True)
         print(f"error: {path}: cannot write the PNG.", file=sys.stderr)
         return 2
+    replace_with(tmp, path)
     print(f"saved {path}")
     return 0

@@ -21,11 +21,29 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+def model_folder(folder: Path) -> bool:
+    """Whether a folder holds a model (a config.json beside safetensors weights): ours, the user's or
+    a Hugging Face snapshot."""
+    try:
+        return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+    except OSError:
+        return False
+
+
 def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Path]] = ()) -> Path:
-    """The path, once it is known to be writable as `what` without touching any of `inputs`."""
+    """The path, once it is known to be writable as `what` without touching any of `inputs`, a
+    model's files, or anything that is not a plain file. A link is written through (the file it
+    points at is replaced, the link kept): the path returned is where the bytes go."""
     path = Path(path)
     if path.is_dir():
         raise DFlashError(f"{path}: is a folder; give a file name for {what}.")
+    if path.exists() and not path.is_file():  # a device (/dev/null), a pipe: a rename would replace it
+        raise DFlashError(f"{path}: is not a plain file (a device or a pipe); give a file name for {what}.")
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and model_folder(path.parent):
+        raise DFlashError(f"{path}: is one of the files of the model in {path.parent}; write {what} to another "
+                          "file, outside the model's folder.")
     for given in inputs:
         if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
             raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")

@@ -224,3 +224,14 @@ def test_a_long_block_elides_its_middle_and_keeps_the_bonus():
             assert hidden + sum(1 for i in shown if i >= 0) == len(widths), avail  # every chip counted once
         kept = [i for i in shown if i >= 0]
         assert kept == sorted(kept), avail
+
+
+def test_gui_screenshot_never_lands_on_a_model_file(qwen3_tied_dirs, tmp_path, capsys):
+    import shutil
+
+    t = tmp_path / "target"
+    shutil.copytree(qwen3_tied_dirs[0], t)
+    weights = (t / "model.safetensors").read_bytes()
+    assert cli(["gui", "--screenshot", str(t / "model.safetensors")]) == 2
+    assert "is one of the files of the model in" in capsys.readouterr().err
+    assert (t / "model.safetensors").read_bytes() == weights

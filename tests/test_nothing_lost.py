@@ -400,3 +400,40 @@ def test_ctrl_c_mid_training_resumes_exactly_as_if_never_stopped(qwen3_tied_dirs
     assert cli(argv + ["--resume"]) == 0
     capsys.readouterr()
     assert (split / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+
+
+def test_no_output_lands_on_a_model_file(qwen3_tied_dirs, old_trace, tmp_path, capsys):
+    """A trace or an export pointed at a model's own file (weights, config, tokenizer) is refused: it
+    once replaced the target's model.safetensors with a 5 KB trace."""
+    t, d = tmp_path / "target", tmp_path / "drafter"
+    shutil.copytree(qwen3_tied_dirs[0], t)
+    shutil.copytree(qwen3_tied_dirs[1], d)
+    run = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "4"]
+    for victim in (t / "model.safetensors", d / "model.safetensors", t / "config.json", t / "tokenizer.json"):
+        assert victim.is_file()
+        line = _refused([*run, "--trace", str(victim)], capsys, t, d)
+        assert "is one of the files of the model in" in line, line
+    line = _refused(["export", str(old_trace), "--chrome", str(t / "model.safetensors")], capsys, t, old_trace)
+    assert "is one of the files of the model in" in line, line
+    # a new file beside a model is no model's file
+    assert cli([*run, "--trace", str(t / "run.jsonl"), "--json"]) == 0
+    assert read_trace(t / "run.jsonl")[1][-1]["type"] == "summary"
+
+
+def test_a_pipe_or_device_is_never_replaced_and_a_link_is_written_through(qwen3_tied_dirs, tmp_path, capsys):
+    """Writing to a temporary name and renaming it over a device (`--trace /dev/null` as root) or a
+    pipe would replace it with a plain file: refused. A link keeps being a link to the new trace."""
+    import stat
+
+    t, d = qwen3_tied_dirs
+    run = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "4"]
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    line = _refused([*run, "--trace", str(pipe)], capsys)
+    assert "not a plain file" in line and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    real.write_text("old")
+    link.symlink_to(real)
+    assert cli([*run, "--trace", str(link), "--json"]) == 0
+    capsys.readouterr()
+    assert link.is_symlink() and read_trace(real)[1][-1]["type"] == "summary"
