@@ -84,5 +84,8 @@ def write_atomic(path: str | Path, data: str | bytes, what: str = "the file") ->
             os.fsync(f.fileno())
         replace_with(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # no temporary file was made (its folder is a file, say)
+            pass
         raise DFlashError(f"{path}: cannot write {what} ({exc.strerror or exc}).") from None

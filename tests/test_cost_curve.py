@@ -161,3 +161,35 @@ def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_noti
     assert events[-1].num_generated == 8
     again = list(generate(qwen3_pair, [5, 6, 7], settings))
     assert not any(isinstance(e, CalibrationEvent) for e in again)  # cached now
+
+
+def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, monkeypatch, tmp_path, capsys):
+    """generate, parity and bench measure a missing curve first with progress on stderr (a large
+    vocabulary on a CPU took 7.5 silent minutes), and the run's prefill time no longer holds it."""
+    from app.cli import main as cli
+
+    from conftest import PROMPTS
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    t, d = qwen3_tied_dirs
+    argv = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "8",
+            "--block-size", "auto", "--json"]
+    assert cli(argv) == 0
+    err = capsys.readouterr().err
+    assert "auto verify length: this machine's cost curve for this pair, measured 6/6" in err
+    assert "(kept for the next runs)" in err
+    assert cli(argv) == 0
+    assert "cost curve" not in capsys.readouterr().err  # cached: nothing to say
+    assert cli(["parity", *argv[1:-1], "--draft-window", "32", "--json"]) == 0  # another drafter context
+    assert "measured 6/6" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_costs_one_measurement_per_process(qwen3_pair, monkeypatch, tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(blocked))
+    first, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
+    assert not cached
+    again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
+    assert cached and again == first

@@ -58,9 +58,9 @@ class Decoder:
         """A StartEvent, the first token from prefill, the decode loop's events, a SummaryEvent."""
         s = self.settings
         yield StartEvent(s.mode, s.to_dict(), self.pair.facts(), list(self.prompt_ids))
+        ready = yield from self.calibrate()  # a first auto run's measurement is neither prefill nor peak
         mx.reset_peak_memory()
         t_start = time.perf_counter()
-        ready = yield from self.calibrate()
         last_logits, context = (yield from self.prefill()) if ready else (None, None)
         if last_logits is None:  # stopped during calibration or prefill: nothing was generated
             self.t_first = time.perf_counter()

@@ -329,6 +329,11 @@ def _from_json(data: dict) -> CostCurve:
     return CostCurve(**values)
 
 
+# Curves this process measured but could not write to the cache folder, by their cache file: an
+# unwritable cache costs one measurement per process, not one per run.
+_UNWRITTEN: dict[str, CostCurve] = {}
+
+
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
                      window: int = 0, sink: int = 0,
                      cancel: Optional[CancelToken] = None) -> Iterator[tuple[int, int]]:
@@ -343,7 +348,10 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
         return _agreed((yield from measured()), pair), False
-    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink)}.json"
+    key = cache_key(pair, block, repeats, window, sink)
+    path = cache_dir() / "cost-curves" / f"{key}.json"
+    if not fresh and str(path) in _UNWRITTEN:
+        return _UNWRITTEN[str(path)], True
     if not fresh and path.is_file():
         try:
             data = json_text.loads(path.read_bytes())
@@ -357,7 +365,7 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError:
-        pass  # an unwritable cache costs a re-measurement next time, nothing more
+        _UNWRITTEN[str(path)] = curve  # kept for this process's next runs
     return curve, False
 
 

@@ -32,6 +32,12 @@ from engine.runtime.distributed import from_root
 from engine.runtime.streams import STREAM
 
 
+def verify_block(settings: GenerationSettings) -> int:
+    """The most positions a round verifies (resolved settings): the block, or in lookup mode (no
+    drafter) the longest copy it verifies. The cost curve of --block-size auto is measured up to it."""
+    return settings.block_size or LOOKUP_MAX_DRAFT + 1
+
+
 class SpeculativeDecoder(Decoder):
     """Rounds of drafts from a proposer, verified by the target."""
 
@@ -51,7 +57,7 @@ class SpeculativeDecoder(Decoder):
 
     @property
     def block(self) -> int:
-        return self.settings.block_size or LOOKUP_MAX_DRAFT + 1  # lookup mode: the longest copy it verifies
+        return verify_block(self.settings)
 
     def calibrate(self):
         """--block-size auto: this machine's cost curve (measured once, then cached), with progress

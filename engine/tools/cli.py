@@ -103,6 +103,27 @@ def _load(args, with_drafter: bool = True):
     return load_pair(target, drafter if with_drafter else None, ranks=getattr(args, "ranks", distributed.SINGLE))
 
 
+def _measure_cost_curves(pair, settings: list) -> None:
+    """A first --block-size auto run measures this machine's cost curve (cached after, per pair, block
+    and draft window): measured here first, with progress on stderr, instead of a silent wait inside
+    the run (seconds on the demo pair, minutes for a large vocabulary on a CPU)."""
+    from engine.decode.cost_curve import cost_curve
+    from engine.decode.speculative import verify_block
+
+    for s in settings:
+        s = s.resolved(pair)
+        if s.mode == "ar" or not s.auto:
+            continue
+
+        def say(msg: str) -> None:
+            print(f"\r  auto verify length: this machine's cost curve for this pair, {msg}", end="",
+                  file=sys.stderr, flush=True)
+
+        _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say)
+        if not cached:
+            print(" (kept for the next runs)", file=sys.stderr, flush=True)
+
+
 def cmd_generate(args) -> int:
     from engine.decode.decoder import generate
     from engine.decode.events import SummaryEvent, TextEvent
@@ -118,6 +139,7 @@ def cmd_generate(args) -> int:
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     root = getattr(args, "ranks", distributed.SINGLE).root
+    _measure_cost_curves(pair, [settings])
     writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,)) if args.trace and root else None
     summary = None
     complete = False
@@ -176,7 +198,9 @@ def cmd_parity(args) -> int:
 
     pair = _load(args)
     ids = _prompt_ids(args, pair.tokenizer, _prompt_text(args))
-    _print_parity(run_parity(pair, ids, _settings(args, "dflash")), args.json)
+    settings = _settings(args, "dflash")
+    _measure_cost_curves(pair, [settings])
+    _print_parity(run_parity(pair, ids, settings), args.json)
     return 0
 
 
@@ -206,8 +230,9 @@ def cmd_bench(args) -> int:
         from engine.models.pair import attach_drafter
 
         others = [attach_drafter(pair, d) for d in args.compare_drafter]
-    result = run_bench(pair, prompts, _settings(args, "dflash"), args.repeats, progress,
-                       with_mlx_lm=args.with_mlx_lm, others=others)
+    settings = _settings(args, "dflash")
+    _measure_cost_curves(pair, [settings])
+    result = run_bench(pair, prompts, settings, args.repeats, progress, with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:
         print(json.dumps(result))
     else:
@@ -216,10 +241,11 @@ def cmd_bench(args) -> int:
 
 
 def _race(args, pair, prompts, methods, progress) -> int:
-    from engine.tools.race import print_race, run_race
+    from engine.tools.race import method_settings, print_race, run_race
 
-    result = run_race(pair, prompts, _settings(args, "dflash"), methods, args.repeats, progress,
-                      with_mlx_lm=args.with_mlx_lm)
+    settings = _settings(args, "dflash")
+    _measure_cost_curves(pair, [method_settings(settings, m) for m in methods if m != "draft-model"])
+    result = run_race(pair, prompts, settings, methods, args.repeats, progress, with_mlx_lm=args.with_mlx_lm)
     if args.json:
         print(json.dumps(result))
     else:
