@@ -130,6 +130,9 @@ def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, cor
     assert cli(_train(target, corpus_dir, copy, "--force")) == 0
     assert (copy / "train_drafter.json").is_file()
     capsys.readouterr()
+    # A drafter train-drafter finished is the user's now: a new run does not replace it silently.
+    line = _refused(_train(target, corpus_dir, copy, "--lr", "1e-3"), capsys, copy)
+    assert "made before" in line and "--force" in line and "--resume" in line
 
 
 def test_a_crash_mid_checkpoint_resumes_from_the_saved_step(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):

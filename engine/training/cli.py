@@ -118,7 +118,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _check_out(args: argparse.Namespace) -> None:
     """--out must be a folder we may write a drafter into: never the target's or --init's own folder,
-    never a file, and a model folder only when train-drafter made it (or with --force)."""
+    never a file, and never a folder holding a model (one train-drafter made and finished included)
+    unless --force, or --resume for its own run."""
     from engine.models.paths import resolve_model_path
     from engine.training.trainer import CHECKPOINT_DIR, MADE_BY_FILE
 
@@ -141,6 +142,9 @@ def _check_out(args: argparse.Namespace) -> None:
     if holds_model and not ours and not args.force:
         raise DFlashError(f"--out {out} holds a model that train-drafter did not make; choose an empty folder, "
                           "or pass --force to replace it.")
+    if holds_model and ours and not (args.force or args.resume):  # a drafter it finished: the user's now
+        raise DFlashError(f"--out {out} holds a drafter train-drafter made before; choose another folder, pass "
+                          "--resume to go on with its run, or --force to replace it.")
 
 
 def cmd_train_drafter(args: argparse.Namespace) -> int:
