@@ -274,6 +274,10 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     assert "prompts below AR" in out and re.search(r"of it \(runs \d+\.\d\d-\d+\.\d\dx\)", out)
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
     assert "unknown method(s) warp" in capsys.readouterr().err
+    assert main(["bench", "--prompts", str(prompts), "--methods", "ar,ar"]) == 2  # printed an empty race table
+    assert "a race needs a method besides ar" in capsys.readouterr().err
+    assert main(["bench", "--prompts", str(prompts), "--methods", "dflash", "--block-sizes", "4"]) == 2
+    assert "two different benches" in capsys.readouterr().err  # --methods was silently ignored
     assert main(["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts),
                  "--methods", "draft-model"]) == 2
     assert "needs --draft-model" in capsys.readouterr().err

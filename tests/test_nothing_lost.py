@@ -440,3 +440,18 @@ def test_a_pipe_or_device_is_never_replaced_and_a_link_is_written_through(qwen3_
     assert cli([*run, "--trace", str(link), "--json"]) == 0
     capsys.readouterr()
     assert link.is_symlink() and read_trace(real)[1][-1]["type"] == "summary"
+
+
+BAD_CALIBRATE_SETTINGS = {"block size 0": ["--block-size", "0"], "block size 1000": ["--block-size", "1000"],
+                          "negative window": ["--draft-window", "-5"], "repeats 0": ["--repeats", "0"]}
+
+
+@pytest.mark.parametrize("extra", BAD_CALIBRATE_SETTINGS.values(), ids=BAD_CALIBRATE_SETTINGS.keys())
+def test_calibrate_checks_its_settings_as_a_run_does(qwen3_tied_dirs, tmp_path, monkeypatch, capsys, extra):
+    """calibrate once took block 0 as the drafter's, measured and cached a window of -5, and blamed
+    the repeats for a block of 1000."""
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    t, d = qwen3_tied_dirs
+    line = _refused(["calibrate", "--target", str(t), "--drafter", str(d), *extra], capsys)
+    assert extra[1] in line, line
+    assert not list(tmp_path.rglob("*.json"))

@@ -223,8 +223,10 @@ def depths_for(pair: LoadedPair, block: int) -> list[int]:
 
 
 def _check(block: int, repeats: int) -> None:
-    if repeats < 1 or not 1 <= block <= 64:
-        raise DFlashError(f"repeats {repeats} must be at least 1 and the block 1..64.")
+    if repeats < 1:
+        raise DFlashError(f"repeats {repeats} must be at least 1.")
+    if not 1 <= block <= 64:
+        raise DFlashError(f"block size {block} is outside 1..64, the longest verify the cost curve measures.")
 
 
 def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0,

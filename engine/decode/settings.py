@@ -138,8 +138,7 @@ class GenerationSettings:
             return replace(self, block_size=own)
         block, high = self.block_size, min(own, MAX_BLOCK)
         if block == 0:  # the window's "drafter's" is 0 in its spin box, but it passes None
-            raise SettingsError(f"block size 0 is not a block size: give 1..{high}, or leave it unset for the "
-                                f"drafter's own ({own}).")
+            raise SettingsError(f"block size 0 is not a block size: give 1..{high} (the drafter's own is {own}).")
         if not 1 <= block <= high:
             why = ""
             if own < MAX_BLOCK and block <= MAX_BLOCK:

@@ -208,6 +208,8 @@ def cmd_bench(args) -> int:
     from engine.tools.bench import load_prompts, run_bench
     from engine.decode.prompts import encode_prompt
 
+    if args.methods and args.block_sizes:
+        raise DFlashError("--methods and --block-sizes are two different benches; give one of them.")
     texts = load_prompts(args.prompts)
     sizes = methods = None
     if args.methods:
@@ -277,8 +279,13 @@ def cmd_calibrate(args) -> int:
     from dataclasses import asdict
 
     from engine.decode.cost_curve import cost_curve
+    from engine.decode.settings import GenerationSettings
 
     pair = _load(args)
+    # the checks a run makes (a block the drafter can draft, a window and sink in range): a curve
+    # measured for a setting no run accepts would be cached for nothing
+    GenerationSettings(block_size=args.block_size, draft_window=args.draft_window,
+                       draft_sink=draft_sink(args)).resolved(pair)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
                                window=args.draft_window, sink=draft_sink(args), progress=progress)

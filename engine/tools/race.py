@@ -34,7 +34,11 @@ def parse_methods(text: str) -> list[str]:
     unknown = [m for m in names if m not in METHODS]
     if unknown or not names:
         raise DFlashError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}.")
-    return ["ar"] + [m for m in dict.fromkeys(names) if m != "ar"]
+    others = [m for m in dict.fromkeys(names) if m != "ar"]
+    if not others:
+        raise DFlashError("a race needs a method besides ar (AR runs in every race, as the reference); "
+                          f"choose from {', '.join(METHODS[1:])}.")
+    return ["ar"] + others
 
 
 def method_settings(settings: GenerationSettings, method: str) -> GenerationSettings:
