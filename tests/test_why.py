@@ -60,9 +60,12 @@ def test_the_host_tables_equal_the_mlx_ones():
     target_logits = rng.normal(0, 3, (n + 1, vocab)).astype(np.float32)
     drafts = rng.integers(0, vocab, n).astype(np.int32)
     drafts[:3] = target_logits[:3].argmax(-1)  # some drafts the target agrees with
+    target_logits[4, [10, 20]] = target_logits[4].max() + 1.0  # a tie at the top: margin 0
+    before = target_logits.copy()
     on_mlx = np.array(explain(mx.array(draft_logits), mx.array(target_logits), mx.array(drafts)))
     on_host = explain_on_host(draft_logits, target_logits, drafts)
     np.testing.assert_allclose(on_host, on_mlx, rtol=1e-5, atol=1e-6)
+    assert on_host[2, 4] == 0.0 and (target_logits == before).all()  # its inputs as they were
 
     candidates = np.stack([rng.permutation(vocab)[:k] for _ in range(n)]).astype(np.int32)
     candidates[:2, 1] = target_logits[:2].argmax(-1)  # the target's choice among them, not first
