@@ -227,7 +227,7 @@ class ModelsPanel(QGroupBox):
                          f"block {facts.get('block_size')}" + (f", {facts['selector']}" if facts.get("selector") else ""))
             else:
                 what += "; no drafter, so AR only"
-            self._set_verdict(True, f"✓ ready: {what}")
+            self._set_verdict(True, f"✓ ready: {what}" + "".join(f"\n⚠ {w}" for w in report.warnings))
         else:
             self._set_verdict(False, f"✗ {report.problems[0]}")
         if target != self._marked_for:

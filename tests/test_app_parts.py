@@ -235,3 +235,18 @@ def test_gui_screenshot_never_lands_on_a_model_file(qwen3_tied_dirs, tmp_path, c
     assert cli(["gui", "--screenshot", str(t / "model.safetensors")]) == 2
     assert "is one of the files of the model in" in capsys.readouterr().err
     assert (t / "model.safetensors").read_bytes() == weights
+
+
+def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_window):
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[1] / "resources" / "models"
+    w = make_window()
+    w.models.target.set_value(str(models / "demo-target"))
+    w.models.drafter.set_value(str(models / "demo-hybrid-drafter"))
+    w.models.check_now()
+    text = w.models.verdict.text()
+    assert text.startswith("✓ ready") and "⚠ demo-hybrid-drafter was trained for another target" in text
+    w.models.drafter.set_value(str(models / "demo-dflash2-drafter"))
+    w.models.check_now()
+    assert "⚠" not in w.models.verdict.text()

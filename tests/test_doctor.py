@@ -206,3 +206,22 @@ def test_missing_folder_and_unknown_id(tmp_path, capsys):
     code = cli(["doctor", "--target", str(tmp_path / "nope"), "--drafter", str(tmp_path / "nope2")])
     out = capsys.readouterr().out
     assert code == 2 and "no such folder" in out
+
+
+def test_a_drafter_trained_for_another_target_is_named(capsys):
+    """The two demo targets have the same shapes, so only train-drafter's record tells their drafters
+    apart: the doctor, the CLI and the window's verdict warn; the pair still runs (exactly)."""
+    from pathlib import Path
+
+    MODELS_DIR = Path(__file__).resolve().parents[1] / "resources" / "models"
+    target, hybrid_drafter = MODELS_DIR / "demo-target", MODELS_DIR / "demo-hybrid-drafter"
+    report = check_pair(target, hybrid_drafter)
+    assert report.ok and len(report.warnings) == 1
+    assert report.warnings[0].startswith("demo-hybrid-drafter was trained for another target (demo-hybrid-target")
+    assert check_pair(target, MODELS_DIR / "demo-dflash2-drafter").warnings == []
+    assert check_pair(MODELS_DIR / "demo-hybrid-target", hybrid_drafter).warnings == []
+    assert cli(["doctor", "--target", str(target), "--drafter", str(hybrid_drafter)]) == 0
+    assert f"warning: {report.warnings[0]}" in capsys.readouterr().out
+    assert cli(["generate", "--target", str(target), "--drafter", str(hybrid_drafter), "--prompt", "def f(",
+                "--raw", "--max-tokens", "2", "--block-size", "4", "--json"]) == 0
+    assert f"warning: {report.warnings[0]}" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli
+from engine.models.checkpoint import target_fingerprint
 from engine.tools.trace import read_trace
 
 from conftest import PROMPTS
@@ -128,7 +129,8 @@ def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, cor
     _refused(_train(target, corpus_dir, a_file), capsys, a_file)
     # With --force, a drafter folder may be replaced; the result is marked as ours.
     assert cli(_train(target, corpus_dir, copy, "--force")) == 0
-    assert (copy / "train_drafter.json").is_file()
+    made = json.loads((copy / "train_drafter.json").read_text())
+    assert made["target"] == {"name": target.name, "fingerprint": target_fingerprint(target)}  # the doctor reads it
     capsys.readouterr()
     # A drafter train-drafter finished is the user's now: a new run does not replace it silently.
     line = _refused(_train(target, corpus_dir, copy, "--lr", "1e-3"), capsys, copy)

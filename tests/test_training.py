@@ -197,7 +197,8 @@ def test_distillation_cache_of_another_target_is_not_reused(qwen3_pair, corpus_d
 
     import mlx.core as mx
 
-    from engine.training.distill import cached_continuations, target_fingerprint
+    from engine.models.checkpoint import target_fingerprint
+    from engine.training.distill import cached_continuations
 
     pair = qwen3_pair
     same, other = tmp_path / "same", tmp_path / "other"

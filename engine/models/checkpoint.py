@@ -7,6 +7,7 @@ MLX runtime saves them with one. Both are accepted and named the second way once
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from engine.models.drafter_config import DrafterConfig
@@ -151,3 +152,28 @@ def check_drafter_weights(folder: Path, cfg: DrafterConfig, target_vocab: int | 
                 f"{folder}: tensor '{name}' has shape {list(found[name])}, "
                 f"but config.json implies {list(shape)}."
             )
+
+
+MADE_BY_FILE = "train_drafter.json"  # marks a folder whose drafter train-drafter wrote, and for which target
+
+
+def target_fingerprint(target_path: Path, samples: int = 64, sample_bytes: int = 1 << 16) -> str:
+    """Which target this is: its weight files' names, sizes and `samples` blocks spread evenly over
+    each (the whole file when it is smaller): enough to tell two trainings apart, a fine-tune of
+    middle layers included, without reading gigabytes. A distillation cache made with another
+    target is made again; a drafter trained for another target is named as such (the doctor)."""
+    files = sorted(Path(target_path).glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{target_path}: no .safetensors weights to fingerprint the target by.")
+    digest = hashlib.sha256()
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as f:
+            if size <= samples * sample_bytes:
+                digest.update(f.read())
+                continue
+            for i in range(samples):
+                f.seek((size - sample_bytes) * i // (samples - 1))
+                digest.update(f.read(sample_bytes))
+    return digest.hexdigest()

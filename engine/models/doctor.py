@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -18,9 +19,11 @@ class DoctorReport:
     ok: bool
     problems: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # it runs, exactly, but not as the user may think
 
     def text(self) -> str:
         lines = [f"{k}: {v}" for k, v in self.facts.items()]
+        lines += [f"warning: {w}" for w in self.warnings]
         if self.ok:
             lines.append("verdict: ready")
         else:
@@ -116,6 +119,23 @@ def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: P
     return problems
 
 
+def trained_for(drafter_path: Path, target_path: Path) -> Optional[str]:
+    """A warning when train-drafter's record in the drafter's folder names another target than this
+    one (same shapes, so nothing else tells: its drafts are then rarely accepted; the output stays
+    exact). None without a record, or for the target it names."""
+    from engine.models.checkpoint import MADE_BY_FILE, target_fingerprint
+
+    try:
+        made_for = json.loads((drafter_path / MADE_BY_FILE).read_text()).get("target") or {}
+        fingerprint = made_for.get("fingerprint")
+        if not isinstance(fingerprint, str) or fingerprint == target_fingerprint(target_path):
+            return None
+    except (OSError, ValueError, AttributeError, DFlashError):
+        return None
+    return (f"{drafter_path.name} was trained for another target ({made_for.get('name', 'not this one')}, its "
+            f"{MADE_BY_FILE} says): expect its drafts to be rarely accepted here (outputs stay exact).")
+
+
 def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,
                kernels: bool = True, progress: Optional[Progress] = None,
                should_cancel: Callable[[], bool] = lambda: False) -> DoctorReport:
@@ -158,6 +178,9 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             report.problems.append(str(exc))
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
+            other = trained_for(drafter_path, target_path)
+            if other is not None:
+                report.warnings.append(other)
     if dims is not None:
         from engine.models.gdn_tape import HYBRID_MODEL_TYPES, rollback_fact
 

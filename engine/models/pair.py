@@ -38,6 +38,7 @@ class LoadedPair:
     collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
     cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/kernel_dispatch.py)
     draft_models: dict[str, Any] = field(default_factory=dict)  # path -> engine.models.draft_model.DraftModel
+    warnings: list[str] = field(default_factory=list)  # the doctor's (a drafter trained for another target)
 
     def collectives_per_round(self) -> int:
         """Collectives in one verify forward and its agreement: tensor parallel sums the attention (or
@@ -116,7 +117,7 @@ def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> Loaded
     head = TargetHead(model)
     cpu_kernels = tuple(install_kernels(model, STREAM.device))
     pair = LoadedPair(model, tokenizer, target_path, config, head, ranks=ranks, sharding=sharding,
-                      cpu_kernels=cpu_kernels)
+                      cpu_kernels=cpu_kernels, warnings=list(report.warnings))
     if drafter is not None:
         stage("loading drafter", 0.8)
         pair.drafter_path = Path(report.facts["drafter"])

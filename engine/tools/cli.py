@@ -100,7 +100,10 @@ def _load(args, with_drafter: bool = True):
     from engine.models.pair import load_pair
 
     target, drafter = _pair_args(args)
-    return load_pair(target, drafter if with_drafter else None, ranks=getattr(args, "ranks", distributed.SINGLE))
+    pair = load_pair(target, drafter if with_drafter else None, ranks=getattr(args, "ranks", distributed.SINGLE))
+    for warning in pair.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return pair
 
 
 def _measure_cost_curves(pair, settings: list) -> None:

@@ -18,6 +18,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from engine.models.checkpoint import target_fingerprint
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 
@@ -118,28 +119,6 @@ def cached_prompt_continuations(
             "target": target_fingerprint(pair.target_path)}
     return _cached(cache_file, meta, lambda: prompt_continuations(
         pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress))
-
-
-def target_fingerprint(target_path: Path, samples: int = 64, sample_bytes: int = 1 << 16) -> str:
-    """Which target wrote a cache: its weight files' names, sizes and `samples` blocks spread evenly
-    over each (the whole file when it is smaller): enough to tell two trainings apart, a fine-tune
-    of middle layers included, without reading gigabytes. A run folder reused with another target
-    then distils again instead of training on the old target's text."""
-    files = sorted(Path(target_path).glob("*.safetensors"))
-    if not files:
-        raise DFlashError(f"{target_path}: no .safetensors weights to fingerprint the target by.")
-    digest = hashlib.sha256()
-    for path in files:
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
-        with path.open("rb") as f:
-            if size <= samples * sample_bytes:
-                digest.update(f.read())
-                continue
-            for i in range(samples):
-                f.seek((size - sample_bytes) * i // (samples - 1))
-                digest.update(f.read(sample_bytes))
-    return digest.hexdigest()
 
 
 def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.ndarray:
