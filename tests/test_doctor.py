@@ -225,3 +225,14 @@ def test_a_drafter_trained_for_another_target_is_named(capsys):
     assert cli(["generate", "--target", str(target), "--drafter", str(hybrid_drafter), "--prompt", "def f(",
                 "--raw", "--max-tokens", "2", "--block-size", "4", "--json"]) == 0
     assert f"warning: {report.warnings[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field,value,said", [("vocab_size", 8192, "the weights' embedding"),
+                                              ("num_hidden_layers", 30, "the weights hold layers")])
+def test_a_target_config_that_does_not_fit_its_weights_is_the_targets_problem(pair_copy, field, value, said):
+    """It was reported as the drafter's (its taps outside the config's layers, its selector's rows)."""
+    target, drafter = pair_copy
+    edit_config(target, lambda c: c.update({field: value}))
+    line = problem(target, drafter)
+    assert line.startswith(f"{target / 'config.json'}: '{field}' is {value}") and said in line, line
+    assert str(drafter) not in line

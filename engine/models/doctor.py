@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -86,9 +87,28 @@ def check_target_files(path: Path) -> dict[str, Any]:
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")
+    shapes = {}
     for w in weights:
-        read_tensor_shapes(w)
+        shapes.update({name: (shape, w.name) for name, shape in read_tensor_shapes(w).items()})
+    check_config_against_weights(path / "config.json", dims, shapes)
     return dims
+
+
+def check_config_against_weights(config_file: Path, dims: dict[str, Any],
+                                 shapes: dict[str, tuple[tuple[int, ...], str]]) -> None:
+    """The target's config.json against its own weights (names and shapes only): a config that does
+    not fit them was once reported as the drafter's fault, its taps or vocabulary checked against
+    the config's wrong sizes."""
+    embed = next((n for n in shapes if n.endswith("model.embed_tokens.weight")), None)  # not a vision tower's
+    if embed is not None:
+        (rows, *_), file = shapes[embed]
+        if rows != dims["vocab_size"]:
+            raise DFlashError(f"{config_file}: 'vocab_size' is {dims['vocab_size']} but the weights' embedding "
+                              f"({embed} in {file}) has {rows} rows; the config does not match its weights.")
+    found = {int(m.group(1)) for n in shapes if (m := re.search(r"(?:^|\.)layers\.(\d+)\.", n))}
+    if found and dims["num_hidden_layers"] > max(found) + 1:
+        raise DFlashError(f"{config_file}: 'num_hidden_layers' is {dims['num_hidden_layers']} but the weights "
+                          f"hold layers 0..{max(found)}; the config does not match its weights.")
 
 
 def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: Path, cfg: DrafterConfig) -> list[str]:
