@@ -93,3 +93,20 @@ def test_what_draft_model_mode_refuses(qwen3_pair, oracle_dirs, tmp_path, capsys
     code = cli(["generate", "--target", str(oracle_dirs[0]), "--prompt", "hi", "--raw", "--mode", "draft-model",
                 "--max-tokens", "4"])
     assert code == 2 and "needs a draft model" in capsys.readouterr().err
+
+
+def test_a_drafter_or_broken_weights_as_the_draft_model_get_their_own_sentence(qwen3_pair, qwen3_tied_dirs,
+                                                                               tmp_path):
+    """mlx-lm's load error called either 'this target' (a DFlash drafter's 25 extra parameters, or the
+    raw safetensors header error)."""
+    import shutil
+
+    from engine.errors import CheckpointError
+
+    with pytest.raises(IncompatiblePairError, match="this is a DFlash drafter, not a draft model"):
+        run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(qwen3_tied_dirs[1]), max_tokens=4)
+    broken = tmp_path / "broken"
+    shutil.copytree(qwen3_tied_dirs[0], broken)
+    (broken / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(broken), max_tokens=4)

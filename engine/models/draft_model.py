@@ -36,6 +36,7 @@ def draft_model_for(pair: LoadedPair, name: str) -> DraftModel:
     kept = pair.draft_models.get(str(path))
     if kept is not None:
         return kept
+    check_draft_model_files(path)
     model, tokenizer, config = load_target(path)
     mine, theirs = tokenizer.encode(PROBE), pair.tokenizer.encode(PROBE)
     if mine != theirs:
@@ -53,6 +54,19 @@ def draft_model_for(pair: LoadedPair, name: str) -> DraftModel:
                                     "layers), so a rejected draft could not be undone in it.")
     kept = pair.draft_models[str(path)] = DraftModel(path, model, vocab)
     return kept
+
+
+def check_draft_model_files(path: Path) -> None:
+    """A draft model's files as the doctor checks a target's (missing, truncated or corrupt weights, a
+    config that does not fit them), and not a DFlash drafter: mlx-lm's own error said neither."""
+    from engine.models.doctor import check_target_files
+    from engine.models.drafter_config import read_config_json
+
+    if "dflash_config" in read_config_json(path):
+        raise IncompatiblePairError(f"{path}: this is a DFlash drafter, not a draft model; give it as the drafter "
+                                    "(--drafter). A draft model is a small autoregressive model with the "
+                                    "target's tokenizer.")
+    check_target_files(path)
 
 
 def _vocab_size(config: dict[str, Any]) -> int:
