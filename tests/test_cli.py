@@ -399,3 +399,31 @@ def test_a_prompt_auto_decoded_in_plain_steps_alone_did_not_end_at_its_first_tok
     assert "ended at their first token" not in text
     line = next(line for line in text.splitlines() if line.startswith(PROMPTS[0][:10].replace("\n", "\\n")))
     assert any(c.isdigit() for c in line), line
+
+
+def test_ctrl_c_in_bench_reports_the_prompts_measured_so_far(qwen3_tied_dirs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the third prompt: the figures of the first two are printed (they were thrown away,
+    'error: interrupted.' and nothing else), the one cut short is left out, and the exit code says so."""
+    from engine.tools import bench
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:3]) + "\n")
+    real, cut = bench.run_once, []
+
+    def ctrl_c_in_the_third(pair, ids, settings, cancel):
+        if ids == pair.tokenizer.encode(PROMPTS[2]) and settings.mode == "dflash":
+            cut.append(ids)
+            raise KeyboardInterrupt
+        return real(pair, ids, settings, cancel)
+
+    monkeypatch.setattr(bench, "run_once", ctrl_c_in_the_third)
+    argv = ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
+            "--block-size", "4"]
+    assert cli([*argv, "--json"]) == 130 and cut
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["interrupted"] is True and out["prompts"] == 2 and out["prompts_given"] == 3
+    assert [r["prompt"] for r in out["per_prompt"]] == PROMPTS[:2] and out["ar_tokens"] == 2 * 8
+    assert "interrupted: the figures are over the 2 of 3 prompts" in captured.err
+    assert cli(argv) == 130
+    assert "OVERALL" in capsys.readouterr().out

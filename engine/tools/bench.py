@@ -157,41 +157,50 @@ def run_bench(
     per_prompt, all_ar, all_df, all_rounds, ratios = [], [], [], [], []
     depth = DepthStats()
     compared = [{"per_prompt": [], "df": [], "rounds": []} for _ in others]
-    for n, (text, ids) in enumerate(prompts, 1):
-        ar_runs, df_runs, rounds, reference = [], [], [], []
-        other_runs = [([], []) for _ in others]
-        for r in range(repeats):
-            progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            summary, _, texts = run_once(pair, ids, ar_settings, cancel)
-            ar_runs.append(summary)
-            depth.add_steps(step_times(texts, len(ids)))
-            summary, rs, _ = run_once(activate(pair), ids, df_settings, cancel)
-            df_runs.append(summary)
-            depth.add_rounds(rs)
-            rounds += rs
-            for other, (summaries, other_rounds) in zip(others, other_runs):
-                summary, rs, _ = run_once(activate(other), ids, df_settings, cancel)
-                summaries.append(summary)
-                other_rounds += rs
+    interrupted = False  # Ctrl-C: the prompts measured so far are reported, the one cut short is not
+    try:
+        for n, (text, ids) in enumerate(prompts, 1):
+            ar_runs, df_runs, rounds, reference, steps, runs_rounds = [], [], [], [], [], []
+            other_runs = [([], []) for _ in others]
+            for r in range(repeats):
+                progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
+                summary, _, texts = run_once(pair, ids, ar_settings, cancel)
+                ar_runs.append(summary)
+                steps += step_times(texts, len(ids))
+                summary, rs, _ = run_once(activate(pair), ids, df_settings, cancel)
+                df_runs.append(summary)
+                rounds += rs
+                runs_rounds.append(rs)  # by depth: each run's rounds on their own clock
+                for other, (summaries, other_rounds) in zip(others, other_runs):
+                    summary, rs, _ = run_once(activate(other), ids, df_settings, cancel)
+                    summaries.append(summary)
+                    other_rounds += rs
+                if with_mlx_lm:
+                    reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
+            row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds),
+                   "speedup_range": speedup_range(ar_runs, df_runs)}
             if with_mlx_lm:
-                reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
-        row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds),
-               "speedup_range": speedup_range(ar_runs, df_runs)}
-        if with_mlx_lm:
-            # Medians over repeats; the ratio says whether our AR baseline is as fast as mlx-lm's.
-            row["mlx_lm_tok_s"] = round(statistics.median(reference), 3)
-            row["ar_vs_mlx_lm"] = round(statistics.median(s.tok_per_s for s in ar_runs) / row["mlx_lm_tok_s"], 4)
-            ratios.append(row["ar_vs_mlx_lm"])
-        per_prompt.append(row)
-        for c, (summaries, other_rounds) in zip(compared, other_runs):
-            c["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
-                                    **figures(ar_runs, summaries, other_rounds),
-                                    "speedup_range": speedup_range(ar_runs, summaries)})
-            c["df"] += summaries
-            c["rounds"] += other_rounds
-        all_ar += ar_runs
-        all_df += df_runs
-        all_rounds += rounds
+                # Medians over repeats; the ratio says whether our AR baseline is as fast as mlx-lm's.
+                row["mlx_lm_tok_s"] = round(statistics.median(reference), 3)
+                row["ar_vs_mlx_lm"] = round(statistics.median(s.tok_per_s for s in ar_runs) / row["mlx_lm_tok_s"], 4)
+                ratios.append(row["ar_vs_mlx_lm"])
+            per_prompt.append(row)
+            for c, (summaries, other_rounds) in zip(compared, other_runs):
+                c["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
+                                        **figures(ar_runs, summaries, other_rounds),
+                                        "speedup_range": speedup_range(ar_runs, summaries)})
+                c["df"] += summaries
+                c["rounds"] += other_rounds
+            all_ar += ar_runs
+            all_df += df_runs
+            all_rounds += rounds
+            depth.add_steps(steps)
+            for rs in runs_rounds:
+                depth.add_rounds(rs)
+    except KeyboardInterrupt:
+        if not per_prompt:
+            raise
+        interrupted = True
     overall = figures(all_ar, all_df, all_rounds)
     if with_mlx_lm:
         overall["ar_vs_mlx_lm"] = round(statistics.median(ratios), 4)
@@ -205,7 +214,9 @@ def run_bench(
     resolved = df_settings.resolved(pair)
     return {
         **overall,
-        "prompts": len(prompts),
+        "prompts": len(per_prompt),
+        "interrupted": interrupted,  # then "prompts" counts those measured, of "prompts_given"
+        "prompts_given": len(prompts),
         "repeats": repeats,
         "max_tokens": settings.max_tokens,
         "block_size": resolved.block_size,

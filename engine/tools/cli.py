@@ -242,6 +242,10 @@ def cmd_bench(args) -> int:
         print(json.dumps(result))
     else:
         print_bench(result, with_mlx_lm=args.with_mlx_lm, greedy=args.temperature == 0)
+    if result["interrupted"]:
+        print(f"interrupted: the figures are over the {result['prompts']} of {result['prompts_given']} prompts "
+              "measured before Ctrl-C (the one it cut short is left out).", file=sys.stderr)
+        return 130
     return 0
 
 
