@@ -427,3 +427,27 @@ def test_ctrl_c_in_bench_reports_the_prompts_measured_so_far(qwen3_tied_dirs, tm
     assert "interrupted: the figures are over the 2 of 3 prompts" in captured.err
     assert cli(argv) == 130
     assert "OVERALL" in capsys.readouterr().out
+
+
+
+def test_ctrl_c_in_a_race_reports_the_prompts_raced_so_far(qwen3_tied_dirs, tmp_path, capsys, monkeypatch):
+    from engine.tools import race
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:3]) + "\n")
+    real = race.race_prompt
+
+    def ctrl_c_in_the_third(pair, ids, *a, **k):
+        if ids == pair.tokenizer.encode(PROMPTS[2]):
+            raise KeyboardInterrupt
+        return real(pair, ids, *a, **k)
+
+    monkeypatch.setattr(race, "race_prompt", ctrl_c_in_the_third)
+    assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
+                "--methods", "dflash,lookup", "--json"]) == 130
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["interrupted"] is True and out["prompts"] == 2 and out["prompts_given"] == 3
+    for m in ("ar", "dflash", "lookup"):
+        assert [r["prompt"] for r in out["methods"][m]["per_prompt"]] == PROMPTS[:2]
+    assert "interrupted: the figures are over the 2 of 3 prompts" in captured.err

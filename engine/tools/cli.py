@@ -242,11 +242,16 @@ def cmd_bench(args) -> int:
         print(json.dumps(result))
     else:
         print_bench(result, with_mlx_lm=args.with_mlx_lm, greedy=args.temperature == 0)
-    if result["interrupted"]:
-        print(f"interrupted: the figures are over the {result['prompts']} of {result['prompts_given']} prompts "
-              "measured before Ctrl-C (the one it cut short is left out).", file=sys.stderr)
-        return 130
-    return 0
+    return _exit_code(result)
+
+
+def _exit_code(result: dict) -> int:
+    """0, or 130 after a Ctrl-C, when the figures printed are those of the prompts measured before it."""
+    if not result.get("interrupted"):
+        return 0
+    print(f"interrupted: the figures are over the {result['prompts']} of {result['prompts_given']} prompts "
+          "measured before Ctrl-C (the one it cut short is left out).", file=sys.stderr)
+    return 130
 
 
 def _race(args, pair, prompts, methods, progress) -> int:
@@ -259,7 +264,7 @@ def _race(args, pair, prompts, methods, progress) -> int:
         print(json.dumps(result))
     else:
         print_race(result)
-    return 0
+    return _exit_code(result)
 
 
 def _bench_sizes(args, pair, prompts, sizes, progress) -> int:

@@ -163,44 +163,55 @@ def run_race(
     runs = {m: {"summaries": [], "rounds": [], "per_prompt": []} for m in methods}
     reference: list[tuple[int, float, float]] = []  # mlx-lm: tokens and seconds after round 1, its tps
     ours_after_first: list[tuple[int, float]] = []
-    for n, (text, ids) in enumerate(prompts, 1):
-        mine = {m: ([], []) for m in methods}
-        for r in range(repeats):
-            progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
-            done: list[MethodRun] = []
-            # mlx-lm's loop and ours take turns going first, so neither always runs on a machine the
-            # other has just warmed (or heated): their ratio is ~1, and an order bias would be its size
-            mlx_lm_first = with_mlx_lm and (n + r) % 2 == 0
-            if mlx_lm_first:
-                reference.append(mlx_lm_speculative(pair, ids, settings))
-            for _ in race_prompt(pair, ids, per_method, cancel, runs=done):
-                pass
-            for run in done:
-                mine[run.method][0].append(run.summary)
-                mine[run.method][1].extend(run.rounds)
-            if with_mlx_lm:
-                if not mlx_lm_first:
-                    reference.append(mlx_lm_speculative(pair, ids, settings))
-                mine_run = next((run for run in done if run.method == "draft-model"), None)
-                if mine_run is not None:
-                    ours_after_first.append(after_first_round([r.t for r in mine_run.rounds],
-                                                              [len(r.committed) for r in mine_run.rounds]))
-        ar_runs = mine["ar"][0]
-        for m in methods:
-            summaries, rounds = mine[m]
-            runs[m]["summaries"] += summaries
-            runs[m]["rounds"] += rounds
-            verdict = output_verdict(pair, ids, ar_runs[0], summaries[0], settings.sampling.temperature, m)
-            runs[m]["per_prompt"].append({"prompt": text, "prompt_tokens": len(ids),
-                                          **figures(ar_runs, summaries, rounds),
-                                          "speedup_range": speedup_range(ar_runs, summaries) if m != "ar" else None,
-                                          "verdict": verdict.kind, "verdict_text": verdict.text})
+    interrupted = False  # Ctrl-C: the prompts raced so far are reported, the one cut short is not
+    try:
+        for n, (text, ids) in enumerate(prompts, 1):
+            mine = {m: ([], []) for m in methods}
+            theirs, ours = [], []  # this prompt's mlx-lm runs and our draft-model runs, kept once it finished
+            for r in range(repeats):
+                progress(f"prompt {n}/{len(prompts)}, repeat {r + 1}/{repeats}")
+                done: list[MethodRun] = []
+                # mlx-lm's loop and ours take turns going first, so neither always runs on a machine the
+                # other has just warmed (or heated): their ratio is ~1, and an order bias would be its size
+                mlx_lm_first = with_mlx_lm and (n + r) % 2 == 0
+                if mlx_lm_first:
+                    theirs.append(mlx_lm_speculative(pair, ids, settings))
+                for _ in race_prompt(pair, ids, per_method, cancel, runs=done):
+                    pass
+                for run in done:
+                    mine[run.method][0].append(run.summary)
+                    mine[run.method][1].extend(run.rounds)
+                if with_mlx_lm:
+                    if not mlx_lm_first:
+                        theirs.append(mlx_lm_speculative(pair, ids, settings))
+                    mine_run = next((run for run in done if run.method == "draft-model"), None)
+                    if mine_run is not None:
+                        ours.append(after_first_round([r.t for r in mine_run.rounds],
+                                                      [len(r.committed) for r in mine_run.rounds]))
+            ar_runs, rows = mine["ar"][0], {}
+            for m in methods:
+                summaries, rounds = mine[m]
+                verdict = output_verdict(pair, ids, ar_runs[0], summaries[0], settings.sampling.temperature, m)
+                rows[m] = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, summaries, rounds),
+                           "speedup_range": speedup_range(ar_runs, summaries) if m != "ar" else None,
+                           "verdict": verdict.kind, "verdict_text": verdict.text}
+            for m in methods:  # the prompt's runs join the totals together, once all are in
+                runs[m]["summaries"] += mine[m][0]
+                runs[m]["rounds"] += mine[m][1]
+                runs[m]["per_prompt"].append(rows[m])
+            reference += theirs
+            ours_after_first += ours
+    except KeyboardInterrupt:
+        if not runs["ar"]["per_prompt"]:
+            raise
+        interrupted = True
     ar_all = runs["ar"]["summaries"]
     result = {
         "methods": {m: {**figures(ar_all, r["summaries"], r["rounds"]), "verdict": method_verdict(r["per_prompt"]),
                         "per_prompt": r["per_prompt"]}
                     for m, r in runs.items()},
-        "prompts": len(prompts), "repeats": repeats, "max_tokens": settings.max_tokens,
+        "prompts": len(runs["ar"]["per_prompt"]), "interrupted": interrupted, "prompts_given": len(prompts),
+        "repeats": repeats, "max_tokens": settings.max_tokens,
         "temperature": settings.sampling.temperature, "blas": blas.status,
         "draft_model": settings.draft_model, "num_draft": settings.num_draft,
     }
