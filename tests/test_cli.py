@@ -451,3 +451,12 @@ def test_ctrl_c_in_a_race_reports_the_prompts_raced_so_far(qwen3_tied_dirs, tmp_
     for m in ("ar", "dflash", "lookup"):
         assert [r["prompt"] for r in out["methods"][m]["per_prompt"]] == PROMPTS[:2]
     assert "interrupted: the figures are over the 2 of 3 prompts" in captured.err
+
+
+def test_thinking_on_a_raw_prompt_is_refused_not_dropped(qwen3_tied_dirs, capsys):
+    """--thinking with a prompt encoded raw was silently ignored."""
+    argv = ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[0], "--max-tokens", "4", "--thinking", "on",
+            "--raw"]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "thinking on/off is an option of the chat template" in err and "(--raw)" in err

@@ -32,6 +32,10 @@ def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: O
     """chat=None uses the chat template when the tokenizer has one."""
     check_text(text)
     use_chat = tokenizer.has_chat_template if chat is None else chat
+    if thinking is not None and not use_chat:  # it was silently dropped
+        raise SettingsError("thinking on/off is an option of the chat template, and this prompt is encoded raw "
+                            + ("(--raw)" if chat is False else "(this tokenizer has no chat template)")
+                            + "; leave thinking unset.")
     if use_chat:
         if not tokenizer.has_chat_template:
             raise SettingsError("this tokenizer has no chat template; use raw mode (--raw).")
