@@ -285,7 +285,9 @@ class MainWindow(QMainWindow):
         except DFlashError as exc:
             self.show_error(f"Could not export the {what}", str(exc))
             return False
-        self.statusBar().showMessage(f"saved the {what} to {path}")
+        both = self.controller.job_mode == "both" and "ar" in self.runs
+        self.statusBar().showMessage(f"saved the {what} to {path}" + (" (the DFlash run's: a trace holds one run, "
+                                                                       "so the AR run is not in it)" if both else ""))
         return True
 
     def export_trace(self, path: str | Path) -> bool:

@@ -237,6 +237,17 @@ def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
     assert f"this run's tau: {r.mean_acceptance_length:.2f}" in w.parity_view.headline.text()
 
 
+def test_exporting_a_both_run_says_the_trace_holds_the_dflash_run(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    from engine.tools.trace import read_trace
+
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="both")
+    run_and_wait(qtbot, w)
+    assert w.export_trace(tmp_path / "both.jsonl")
+    assert read_trace(tmp_path / "both.jsonl")[0]["mode"] == "dflash"
+    assert "the AR run is not in it" in w.statusBar().currentMessage()
+
+
 def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen3_tied_dirs):
     from app.rounds_view import round_tooltip
 
