@@ -183,7 +183,11 @@ class PromptPanel(QGroupBox):
             if header.get("mode") == "dflash" and isinstance(settings.get(key), bool):
                 box.setChecked(settings[key])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
-        for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, settings.get("block_size")),
+        block = settings.get("block_size")
+        model = header.get("model") if isinstance(header.get("model"), dict) else {}
+        if block is not None and block == model.get("block_size"):  # a run resolves "drafter's" to the drafter's own
+            block = 0
+        for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, block),
                            (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed")),
                            (self.draft_window, settings.get("draft_window")),
                            (self.draft_sink, settings.get("draft_sink"))):

@@ -145,3 +145,15 @@ def test_export_with_nothing_and_a_bad_trace_are_refused(qtbot, make_window, tmp
     assert not w.open_trace(bad)
     assert SCHEMA in w.errors[-1] and str(bad) in w.errors[-1]
     assert w.error_box.isVisible() and not w.error_box.isModal()
+
+
+def test_a_trace_of_the_drafters_own_block_reopens_as_drafters(qtbot, make_window, alternating_dirs, tmp_path):
+    """A run resolves the window's "drafter's" block to the drafter's own size: opening its trace puts
+    "drafter's" back, not that number (which would pin the block if the drafter changed)."""
+    w = finished_run(qtbot, make_window, alternating_dirs, block_size=0)
+    assert w.prompt.block_size.value() == 0
+    assert w.export_trace(tmp_path / "run.jsonl")
+    w2 = make_window()
+    w2.prompt.block_size.setValue(3)
+    assert w2.open_trace(tmp_path / "run.jsonl")
+    assert w2.prompt.block_size.value() == 0 and w2.prompt.block_size.text() == "drafter's"
