@@ -7,6 +7,7 @@ same folder and renamed into place: a crash leaves either the old file or the ne
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from typing import Iterable, Optional
@@ -21,13 +22,25 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+# The files a model folder holds (weights, configs, tokenizer): ours, the user's or a Hugging Face
+# snapshot's. Anything else there (a trace the user saved beside a drafter) may be replaced.
+MODEL_FILES = ("config.json", "*.safetensors", "*.safetensors.index.json", "generation_config.json", "tokenizer*",
+               "special_tokens_map.json", "added_tokens.json", "chat_template*", "vocab.*", "merges.txt", "*.model",
+               "*.tiktoken", "preprocessor_config.json", "train_drafter.json")
+
+
 def model_folder(folder: Path) -> bool:
-    """Whether a folder holds a model (a config.json beside safetensors weights): ours, the user's or
-    a Hugging Face snapshot."""
+    """Whether a folder holds a model (a config.json beside safetensors weights)."""
     try:
         return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
     except OSError:
         return False
+
+
+def model_file(path: Path) -> bool:
+    """Whether `path` is one of a model's own files, where it is named (a Hugging Face snapshot's files
+    are links into its blobs/ folder, which holds no config.json: the link's folder is the model's)."""
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in MODEL_FILES) and model_folder(path.parent)
 
 
 def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Path]] = ()) -> Path:
@@ -39,11 +52,12 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
         raise DFlashError(f"{path}: is a folder; give a file name for {what}.")
     if path.exists() and not path.is_file():  # a device (/dev/null), a pipe: a rename would replace it
         raise DFlashError(f"{path}: is not a plain file (a device or a pipe); give a file name for {what}.")
+    for named in (path, path.resolve()):  # as given (a snapshot's link) and where the bytes would go
+        if named.exists() and model_file(named):
+            raise DFlashError(f"{path}: is one of the files of the model in {named.parent}; write {what} to "
+                              "another file.")
     if path.is_symlink():
         path = path.resolve()
-    if path.exists() and model_folder(path.parent):
-        raise DFlashError(f"{path}: is one of the files of the model in {path.parent}; write {what} to another "
-                          "file, outside the model's folder.")
     for given in inputs:
         if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
             raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")

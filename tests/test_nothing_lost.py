@@ -420,9 +420,23 @@ def test_no_output_lands_on_a_model_file(qwen3_tied_dirs, old_trace, tmp_path, c
         assert "is one of the files of the model in" in line, line
     line = _refused(["export", str(old_trace), "--chrome", str(t / "model.safetensors")], capsys, t, old_trace)
     assert "is one of the files of the model in" in line, line
-    # a new file beside a model is no model's file
-    assert cli([*run, "--trace", str(t / "run.jsonl"), "--json"]) == 0
-    assert read_trace(t / "run.jsonl")[1][-1]["type"] == "summary"
+    # a file of the user's beside a model is no model's file: written, and replaced the next time
+    for _ in range(2):
+        assert cli([*run, "--trace", str(t / "run.jsonl"), "--json"]) == 0
+        assert read_trace(t / "run.jsonl")[1][-1]["type"] == "summary"
+    capsys.readouterr()
+    # a Hugging Face snapshot: its files are links into blobs/, a folder that holds no config.json
+    repo = tmp_path / "hub" / "models--someone--model"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    for f in t.iterdir():
+        if f.is_file() and f.name != "run.jsonl":
+            blob = repo / "blobs" / f"sha-{f.name}"
+            shutil.copy(f, blob)
+            (snapshot / f.name).symlink_to(Path("..") / ".." / "blobs" / blob.name)
+    line = _refused([*run, "--trace", str(snapshot / "model.safetensors")], capsys, repo / "blobs")
+    assert "is one of the files of the model in" in line, line
 
 
 def test_a_pipe_or_device_is_never_replaced_and_a_link_is_written_through(qwen3_tied_dirs, tmp_path, capsys):
