@@ -129,7 +129,7 @@ class PromptPanel(QGroupBox):
         return PROMPT_FORMATS[self.format.currentData()]
 
     def thinking_flag(self) -> Optional[bool]:
-        if not self.thinking.isEnabled():
+        if not self.thinking.isEnabled() or self.chat_flag() is False:  # raw text has no template to tell
             return None
         return {"default": None, "on": True, "off": False}[self.thinking.currentData()]
 

@@ -346,3 +346,15 @@ def test_a_file_from_before_auto_was_the_default_gets_auto_and_a_choice_since_is
     settings.block_auto = False  # the user unticks it: that is a choice, kept from now on
     assert save_settings(settings, path) is None and json.loads(path.read_text())["schema"] == SCHEMA
     assert load_settings(path)[0].block_auto is False
+
+
+def test_thinking_goes_with_the_chat_template_only(qtbot, make_window):
+    """A saved thinking choice with the raw format would have the engine refuse every run: raw text
+    has no template to pass it to, so the panel passes none."""
+    p = make_window().prompt
+    p.thinking.setEnabled(True)  # as for a tokenizer whose template has a thinking switch
+    p.thinking.setCurrentIndex(p.thinking.findData("on"))
+    p.format.setCurrentIndex(p.format.findData("raw"))
+    assert p.thinking_flag() is None
+    p.format.setCurrentIndex(p.format.findData("chat"))
+    assert p.thinking_flag() is True

@@ -459,4 +459,4 @@ def test_thinking_on_a_raw_prompt_is_refused_not_dropped(qwen3_tied_dirs, capsys
             "--raw"]
     assert cli(argv) == 2
     err = capsys.readouterr().err
-    assert "thinking on/off is an option of the chat template" in err and "(--raw)" in err
+    assert "thinking on/off is an option of the chat template" in err and "encoded as raw text" in err

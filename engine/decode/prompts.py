@@ -33,8 +33,8 @@ def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: O
     check_text(text)
     use_chat = tokenizer.has_chat_template if chat is None else chat
     if thinking is not None and not use_chat:  # it was silently dropped
-        raise SettingsError("thinking on/off is an option of the chat template, and this prompt is encoded raw "
-                            + ("(--raw)" if chat is False else "(this tokenizer has no chat template)")
+        raise SettingsError("thinking on/off is an option of the chat template, and this prompt is encoded as "
+                            + ("raw text" if chat is False else "raw text (this tokenizer has no chat template)")
                             + "; leave thinking unset.")
     if use_chat:
         if not tokenizer.has_chat_template:
