@@ -198,11 +198,16 @@ class MainWindow(QMainWindow):
     def start_race(self) -> None:
         """Race the ticked methods on the prompt (the Race tab), loading the chosen pair first if it changed."""
         r = self.race_view
-        if "draft-model" in r.methods() and not r.draft_model_value():
+        try:
+            methods = r.methods()
+        except DFlashError as exc:  # AR alone: nothing to race it against
+            self.show_error("Nothing to race", str(exc))
+            return
+        if "draft-model" in methods and not r.draft_model_value():
             self.show_error("No draft model", "the draft-model method needs a draft model: a small model with the "
                             "target's tokenizer (a folder or a Hugging Face id); give one or untick it.")
         elif not self.busy and (target := self._chosen_target()):
-            self.controller.start_race(target, self.models.drafter_value(), r.methods(), r.draft_model_value(),
+            self.controller.start_race(target, self.models.drafter_value(), methods, r.draft_model_value(),
                                        r.num_draft.value())
 
     def stop(self) -> None:

@@ -172,6 +172,10 @@ def test_a_bad_draft_model_gives_the_engine_line_before_anything_runs(qtbot, mak
     assert w.error_box is not None and w.error_box.isVisible() and w.error_box.text() == message
     assert w.runs == {} and view.cell("ar", "vs AR") == "not run"
     assert view.race_button.isEnabled()
+    # AR alone: nothing to race it against; the window says so, nothing is submitted.
+    view.set_methods(["ar"])
+    w.start_race()
+    assert not w.busy and "a race needs a method besides ar" in w.errors[-1]
     # Unticked draft-model with no model named: the window says so itself, nothing is submitted.
     view.set_methods(["ar", "draft-model"])
     view.draft_model.setText("")
@@ -181,4 +185,4 @@ def test_a_bad_draft_model_gives_the_engine_line_before_anything_runs(qtbot, mak
     view.set_methods(["ar", "dflash"])
     assert not view.draft_model.isEnabled()
     race_and_wait(qtbot, w)
-    assert len(w.errors) == 2 and view.cell("dflash", "vs AR") == "✓ identical"
+    assert len(w.errors) == 3 and view.cell("dflash", "vs AR") == "✓ identical"
