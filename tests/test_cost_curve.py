@@ -178,7 +178,7 @@ def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, 
     assert cli(argv) == 0
     err = capsys.readouterr().err
     assert "auto verify length: this machine's cost curve for this pair, measured 6/6" in err
-    assert "(kept for the next runs)" in err
+    assert "measured 6/6, done" in err
     assert cli(argv) == 0
     assert "cost curve" not in capsys.readouterr().err  # cached: nothing to say
     assert cli(["parity", *argv[1:-1], "--draft-window", "32", "--json"]) == 0  # another drafter context

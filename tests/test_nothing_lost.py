@@ -469,5 +469,19 @@ def test_calibrate_checks_its_settings_as_a_run_does(qwen3_tied_dirs, tmp_path, 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
     t, d = qwen3_tied_dirs
     line = _refused(["calibrate", "--target", str(t), "--drafter", str(d), *extra], capsys)
-    assert extra[1] in line, line
+    said = {"0": "block size 0 is not a block size", "1000": "block size 1000 is outside",
+            "-5": "draft window -5 is outside", "repeats": "repeats 0 must be at least 1"}
+    assert said["repeats" if extra[0] == "--repeats" else extra[1]] in line, line
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_calibrate_without_a_drafter_measures_the_target(qwen3_tied_dirs, tmp_path, monkeypatch, capsys):
+    """A target alone has a cost curve too (verifies of 1..16 and its AR step): the settings check
+    must not ask for a drafter there."""
+    import engine.decode.cost_curve as cc
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS,))
+    assert cli(["calibrate", "--target", str(qwen3_tied_dirs[0]), "--block-size", "4", "--repeats", "1",
+                "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["verify_ms"]) == 4

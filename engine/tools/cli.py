@@ -113,6 +113,8 @@ def _measure_cost_curves(pair, settings: list) -> None:
     from engine.decode.cost_curve import cost_curve
     from engine.decode.speculative import verify_block
 
+    if pair.ranks.sharded:  # a sharded run measures its curve on every rank anyway (no cache): not twice
+        return
     for s in settings:
         s = s.resolved(pair)
         if s.mode == "ar" or not s.auto:
@@ -124,7 +126,7 @@ def _measure_cost_curves(pair, settings: list) -> None:
 
         _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say)
         if not cached:
-            print(" (kept for the next runs)", file=sys.stderr, flush=True)
+            print(", done", file=sys.stderr, flush=True)
 
 
 def cmd_generate(args) -> int:
@@ -294,10 +296,11 @@ def cmd_calibrate(args) -> int:
     from engine.decode.settings import GenerationSettings
 
     pair = _load(args)
-    # the checks a run makes (a block the drafter can draft, a window and sink in range): a curve
-    # measured for a setting no run accepts would be cached for nothing
-    GenerationSettings(block_size=args.block_size, draft_window=args.draft_window,
-                       draft_sink=draft_sink(args)).resolved(pair)
+    # the checks a run makes (a window and sink in range, a block the drafter can draft; without a
+    # drafter, the curve's own 1..64): a curve measured for a setting no run accepts is cached for nothing
+    GenerationSettings(mode="ar", draft_window=args.draft_window, draft_sink=draft_sink(args)).resolved(pair)
+    if pair.drafter is not None:
+        GenerationSettings(block_size=args.block_size).resolved(pair)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
                                window=args.draft_window, sink=draft_sink(args), progress=progress)
