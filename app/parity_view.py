@@ -28,6 +28,8 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     if result.cancelled:
         if not result.dflash_ran:
             return "Stopped during the AR run: DFlash did not start, so there is nothing to compare."
+        if not result.compared:
+            return "Stopped before DFlash wrote its first token: there is nothing to compare."
         if result.identical:
             return (f"Stopped before the end: identical over the {result.compared:,} tokens both runs wrote "
                     "(the rest was not compared).")

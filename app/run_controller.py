@@ -77,6 +77,7 @@ class RunController(QObject):
         job_id = self.host.submit(job)
         self.active = (job_id, job)
         self._throttle.reset()  # what the GUI did between jobs (clicks, the last run's plots) is not this job's
+        self.w.statusBar().setToolTip("")  # the last run's line, until this one's
         self.w.prompt.set_running(True)
         self.w.race_view.set_running(True)
         self.w.models.load_button.setEnabled(False)

@@ -11,11 +11,13 @@ class Throttle:
 
     The CPU time the GUI thread used since the previous refresh began (that refresh, the
     repaints it caused, the queue drains in between) sets the gap before the next one:
-    `min(max_interval, max(min_interval, cpu / budget))`. Repaints happen after a refresh returns,
-    so timing the refresh alone would miss most of the cost; thread CPU time counts it all. With
-    budget 0.02 the GUI thread stays near 2% of a core however many rounds arrive, and a view is
-    never older than `max_interval` (a run's first refresh after the user clicked around between
-    runs once waited 27 s: `reset()` as a job starts forgets that CPU, the cap bounds the rest).
+    `cpu / budget`, at least `min_interval`, and at most `max_interval` unless a refresh costs more
+    than a quarter of that (then 4 x its cost). Repaints happen after a refresh returns, so timing
+    the refresh alone would miss most of the cost; thread CPU time counts it all. With budget 0.02
+    the GUI thread stays near 2% of a core while refreshes are cheap, a view is no older than
+    `max_interval` while they cost under a quarter of it, and the thread never passes a fifth of a
+    core (a run's first refresh after the user clicked around between runs once waited 27 s:
+    `reset()` as a job starts forgets that CPU).
     """
 
     def __init__(self, min_interval: float, budget: float, max_interval: float = 1.0,
@@ -36,7 +38,9 @@ class Throttle:
         now, cpu = self.wall(), self.cpu()
         cost = 0.0 if self._cpu0 is None else cpu - self._cpu0
         self._cpu0 = cpu
-        self.last_gap = min(self.max_interval, max(self.min_interval, cost / self.budget))
+        # never longer than max_interval unless a refresh itself is that costly: then 4x its cost, so
+        # the GUI thread stays under a fifth of a core whatever the cap
+        self.last_gap = max(self.min_interval, min(cost / self.budget, max(self.max_interval, 4 * cost)))
         self.next_at = now + self.last_gap
 
     def reset(self) -> None:

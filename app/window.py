@@ -290,9 +290,9 @@ class MainWindow(QMainWindow):
         except DFlashError as exc:
             self.show_error(f"Could not export the {what}", str(exc))
             return False
-        both = self.controller.job_mode == "both" and "ar" in self.runs
-        self.statusBar().showMessage(f"saved the {what} to {path}" + (" (the DFlash run's: a trace holds one run, "
-                                                                       "so the AR run is not in it)" if both else ""))
+        both = self.controller.job_mode == "both" and "ar" in self.runs and run is self.runs.get("dflash")
+        self.statusBar().showMessage(f"saved the {what} to {path}" + (" (of the DFlash run: the AR run is not in it)"
+                                                                       if both else ""))
         return True
 
     def export_trace(self, path: str | Path) -> bool:
@@ -329,8 +329,9 @@ class MainWindow(QMainWindow):
                 self.status_line.show_device(device)
         self.center_tabs.setCurrentWidget(self.output)
         if run.summary is None:  # a stopped run still ends with its summary: this file was cut short
-            self.notify(f"{Path(path).name} ends after {len(run.rounds)} rounds, without the run's summary: the "
-                        "file was cut short (a crash or a copy that did not finish); its totals are missing.")
+            made = f"{len(run.rounds)} rounds" if run.rounds else f"{len(run.tokens)} tokens"
+            self.notify(f"{Path(path).name} ends after {made}, without the run's summary: the run did not finish "
+                        "(a crash, a command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
         else:
             self.statusBar().showMessage(f"replaying {path}")
         return True

@@ -73,6 +73,7 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     kept = w2.rounds_run
     assert kept.summary is None and 0 < len(kept.rounds) < len(run.rounds)
     assert w2.notices[-1].startswith(f"cut.jsonl ends after {len(kept.rounds)} rounds, without the run's summary")
+    assert "did not finish" in w2.notices[-1]
 
 
 def test_a_trace_of_an_ar_run_leaves_the_dflash_choices_alone(make_window):

@@ -106,11 +106,14 @@ def test_throttle_never_waits_longer_than_its_cap():
     wall, cpu = [0.0], [0.0]
     t = Throttle(min_interval=0.1, budget=0.015, max_interval=1.0, wall=lambda: wall[0], cpu=lambda: cpu[0])
     t.started()
-    wall[0], cpu[0] = 0.1, 0.4  # 400 ms of GUI CPU: 27 s at this budget, uncapped
+    wall[0], cpu[0] = 0.1, 0.2  # 200 ms of GUI CPU: 13 s at this budget, uncapped
     t.started()
     assert t.last_gap == pytest.approx(1.0)
     wall[0] = 1.11
     assert t.due()
+    wall[0], cpu[0] = 1.2, 0.2 + 0.6  # a refresh of 600 ms: capped at 1 s it would take 60% of a core
+    t.started()
+    assert t.last_gap == pytest.approx(2.4)  # 4 x its cost: a fifth of a core at most
 
 
 def test_throttle_reset_forgets_the_cpu_spent_between_jobs():

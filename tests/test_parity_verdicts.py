@@ -123,6 +123,8 @@ def test_window_headline_of_a_stopped_comparison():
     nothing = _done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True, compared=0,
                     dflash_ran=False)
     assert headline(nothing, 0.0, "float32").startswith("Stopped during the AR run: DFlash did not start")
+    before_first = _done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True, compared=0)
+    assert headline(before_first, 0.0, "float32").startswith("Stopped before DFlash wrote its first token")
     ar = RunRecord(StartEvent("ar", {"sampling": {"temperature": 0.0}}, {"dtype": "float32"}, [1, 2]))
     assert parity_mark(nothing, ar) == "–"
     assert parity_mark(_done(identical=True, first_divergence=None, margin_at_divergence=None, cancelled=True,
