@@ -249,7 +249,7 @@ def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_w
     w.models.drafter.set_value(str(models / "demo-hybrid-drafter"))
     w.models.check_now()
     text = w.models.verdict.text()
-    assert text.startswith("✓ ready") and "⚠ demo-hybrid-drafter was trained for another target" in text
+    assert text.startswith("✓ ready") and "⚠ demo-hybrid-drafter was trained for other target weights than these (demo-hybrid-target" in text
     w.models.drafter.set_value(str(models / "demo-dflash2-drafter"))
     w.models.check_now()
     assert "⚠" not in w.models.verdict.text()

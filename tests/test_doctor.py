@@ -217,7 +217,7 @@ def test_a_drafter_trained_for_another_target_is_named(capsys):
     target, hybrid_drafter = MODELS_DIR / "demo-target", MODELS_DIR / "demo-hybrid-drafter"
     report = check_pair(target, hybrid_drafter)
     assert report.ok and len(report.warnings) == 1
-    assert report.warnings[0].startswith("demo-hybrid-drafter was trained for another target (demo-hybrid-target")
+    assert report.warnings[0].startswith("demo-hybrid-drafter was trained for other target weights than these (demo-hybrid-target")
     assert check_pair(target, MODELS_DIR / "demo-dflash2-drafter").warnings == []
     assert check_pair(MODELS_DIR / "demo-hybrid-target", hybrid_drafter).warnings == []
     assert cli(["doctor", "--target", str(target), "--drafter", str(hybrid_drafter)]) == 0
@@ -236,3 +236,14 @@ def test_a_target_config_that_does_not_fit_its_weights_is_the_targets_problem(pa
     line = problem(target, drafter)
     assert line.startswith(f"{target / 'config.json'}: '{field}' is {value}") and said in line, line
     assert str(drafter) not in line
+
+
+def test_a_missing_shard_is_named_not_blamed_on_the_config(pair_copy):
+    """An interrupted download of a sharded model: the missing file is named (it read as a config whose
+    layer count does not fit its weights)."""
+    target, drafter = pair_copy
+    (target / "model.safetensors").rename(target / "model-00001-of-00002.safetensors")
+    (target / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    line = problem(target, drafter)
+    assert "model-00002-of-00002.safetensors (of 2 in model.safetensors.index.json) is missing" in line, line

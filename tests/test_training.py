@@ -335,3 +335,10 @@ def test_resume_takes_the_newest_whole_checkpoint(qwen3_tied_dirs, corpus_dir, t
     (out / "checkpoint.tmp" / "state.json").write_text('{"step": 7, "sett')  # torn
     last = make_trainer(qwen3_tied_dirs[0], corpus_dir, out, SMALL)
     assert last.resume() and last.step == 3
+
+
+def test_a_models_name_is_its_hub_id_in_the_cache(tmp_path):
+    from engine.models.checkpoint import model_name
+
+    assert model_name(tmp_path / "hub" / "models--Qwen--Qwen3-4B" / "snapshots" / "0123abcd") == "Qwen/Qwen3-4B"
+    assert model_name(tmp_path / "demo-target") == "demo-target"

@@ -87,11 +87,28 @@ def check_target_files(path: Path) -> dict[str, Any]:
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")
+    check_shards_present(path)
     shapes = {}
     for w in weights:
         shapes.update({name: (shape, w.name) for name, shape in read_tensor_shapes(w).items()})
     check_config_against_weights(path / "config.json", dims, shapes)
     return dims
+
+
+def check_shards_present(path: Path) -> None:
+    """Every weight file the shard index names is there (an interrupted download leaves some out:
+    the layers they hold would otherwise read as a config that does not fit its weights)."""
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    try:
+        files = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+    except (OSError, ValueError, AttributeError):
+        raise DFlashError(f"{index}: not a shard index (JSON with a 'weight_map'); download the model again.") from None
+    missing = [f for f in files if not (path / str(f)).is_file()]
+    if missing:
+        raise DFlashError(f"{path}: weight file {missing[0]} (of {len(files)} in model.safetensors.index.json) is "
+                          "missing; the download did not finish or the file was removed: download it again.")
 
 
 def check_config_against_weights(config_file: Path, dims: dict[str, Any],
@@ -152,8 +169,9 @@ def trained_for(drafter_path: Path, target_path: Path) -> Optional[str]:
             return None
     except (OSError, ValueError, AttributeError, DFlashError):
         return None
-    return (f"{drafter_path.name} was trained for another target ({made_for.get('name', 'not this one')}, its "
-            f"{MADE_BY_FILE} says): expect its drafts to be rarely accepted here (outputs stay exact).")
+    return (f"{drafter_path.name} was trained for other target weights than these ({made_for.get('name', '?')}, "
+            f"its {MADE_BY_FILE} says): unless this is the same model saved again, expect its drafts to be rarely "
+            "accepted (outputs stay exact).")
 
 
 def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,

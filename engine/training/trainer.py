@@ -33,7 +33,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from engine import json_text
 from engine.errors import DFlashError
-from engine.models.checkpoint import MADE_BY_FILE, canonical_name, published_name, target_fingerprint
+from engine.models.checkpoint import MADE_BY_FILE, canonical_name, model_name, published_name, target_fingerprint
 from engine.models.drafter_load import new_drafter
 from engine.models.drafter_config import DrafterConfig, parse_drafter_config
 from engine.models.pair import LoadedPair
@@ -234,7 +234,7 @@ class DrafterTrainer:
         replace_with(tmp, folder / "model.safetensors")
         write_atomic(folder / "config.json", json.dumps(self.raw_config, indent=2), "the drafter config")
         if folder == self.out:
-            made_for = {"name": self.pair.target_path.name, "fingerprint": target_fingerprint(self.pair.target_path)}
+            made_for = {"name": model_name(self.pair.target_path), "fingerprint": target_fingerprint(self.pair.target_path)}
             write_atomic(folder / MADE_BY_FILE, json.dumps({"made_by": "dflash-playground train-drafter",
                                                             "target": made_for,  # the doctor names a mismatch
                                                             "settings": asdict(self.s)}, indent=2))
