@@ -143,8 +143,8 @@ def _check_out(args: argparse.Namespace) -> None:
         raise DFlashError(f"--out {out} holds a model that train-drafter did not make; choose an empty folder, "
                           "or pass --force to replace it.")
     if holds_model and ours and not (args.force or args.resume):  # a drafter it finished: the user's now
-        raise DFlashError(f"--out {out} holds a drafter train-drafter made before; choose another folder, pass "
-                          "--resume to go on with its run, or --force to replace it.")
+        raise DFlashError(f"--out {out} holds a drafter train-drafter made before; choose another folder, or pass "
+                          "--force to replace it (--resume goes on with a run that did not finish).")
 
 
 def cmd_train_drafter(args: argparse.Namespace) -> int:
