@@ -26,11 +26,11 @@ from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 
 
-
 def mean_style(colour: str) -> dict:
     """A depth range's mean: a line through the ranges, and a marker on each, so that a run whose
     rounds all fall in one range (a long prompt, 128 tokens) still shows its mean."""
     return dict(pen=pg.mkPen(colour, width=2), symbol="s", symbolSize=8, symbolPen=None, symbolBrush=colour)
+
 
 class WhyView(QWidget):
     advise_requested = Signal()
@@ -131,12 +131,11 @@ class WhyView(QWidget):
             stats.add_steps(step_times([e for e in ar_run.events if isinstance(e, TextEvent)],
                                        ar_run.summary.prompt_tokens))
         rows = stats.rows()
-        middle = [b.mean_depth for b in rows]
-        with_tau = [(m, b.tau) for m, b in zip(middle, rows) if b.tau is not None]
+        with_tau = [(b.round_depth, b.tau) for b in rows if b.tau is not None]
         self.depth_acc_mean.setData([m for m, _ in with_tau], [t for _, t in with_tau])
-        with_cost = [(m, b.round_ms) for m, b in zip(middle, rows) if b.round_ms is not None]
+        with_cost = [(b.round_depth, b.round_ms) for b in rows if b.round_ms is not None]
         self.depth_cost_mean.setData([m for m, _ in with_cost], [c for _, c in with_cost])
-        with_ar = [(m, 1000.0 / b.ar_tok_s) for m, b in zip(middle, rows) if b.ar_tok_s]
+        with_ar = [(b.ar_depth, 1000.0 / b.ar_tok_s) for b in rows if b.ar_tok_s]
         self.depth_ar_mean.setData([m for m, _ in with_ar], [c for _, c in with_ar])
 
     def show_advice(self, curve: dict, advice: Optional[dict], current: Optional[int], note: str = "") -> None:

@@ -100,7 +100,6 @@ def test_throttle_paces_refreshes_by_the_cpu_they_cost():
     assert t.due()
 
 
-
 def test_throttle_never_waits_longer_than_its_cap():
     """A costly refresh slows the next one, but a view is never older than max_interval."""
     wall, cpu = [0.0], [0.0]

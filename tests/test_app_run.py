@@ -153,7 +153,6 @@ def test_stop_mid_run_with_esc(qtbot, make_window, qwen3_tied_dirs):
     assert w.rounds_run.summary.stop_reason == "max_tokens"
 
 
-
 def test_stop_in_both_mode_compares_what_both_runs_wrote(qtbot, make_window, qwen3_tied_dirs):
     """Stop during the DFlash half: its output is shorter than AR's, and that is no divergence."""
     w = make_window()

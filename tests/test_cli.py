@@ -429,7 +429,6 @@ def test_ctrl_c_in_bench_reports_the_prompts_measured_so_far(qwen3_tied_dirs, tm
     assert "OVERALL" in capsys.readouterr().out
 
 
-
 def test_ctrl_c_in_a_race_reports_the_prompts_raced_so_far(qwen3_tied_dirs, tmp_path, capsys, monkeypatch):
     from engine.tools import race
 

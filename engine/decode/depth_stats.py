@@ -51,18 +51,24 @@ class DepthBin:
     dflash_s: float = 0.0
     ar_tokens: int = 0
     ar_s: float = 0.0
-    depth_sum: int = 0  # over every round, plain step and AR step in the bin
-    points: int = 0
+    round_depths: int = 0  # summed over the DFlash run's rounds and plain steps in the bin
+    ar_depths: int = 0  # over the AR run's steps
 
     @property
     def label(self) -> str:
         return bin_label(self.index)
 
     @property
-    def mean_depth(self) -> float:
-        """Where a plot puts the bin: the mean depth of what fell in it (a 1,400-token prompt's rounds
-        sit near 1,450, not at the middle of 1,024-2,048), else its middle."""
-        return self.depth_sum / self.points if self.points else bin_middle(self.index)
+    def round_depth(self) -> float:
+        """Where a plot puts the bin's DFlash figures: the mean depth of its rounds (a 1,400-token
+        prompt's sit near 1,450, not at the middle of 1,024-2,048), else its middle."""
+        n = self.rounds + self.plain_steps
+        return self.round_depths / n if n else bin_middle(self.index)
+
+    @property
+    def ar_depth(self) -> float:
+        """...and its AR figure: the mean depth of the AR steps."""
+        return self.ar_depths / self.ar_tokens if self.ar_tokens else bin_middle(self.index)
 
     @property
     def tau(self) -> Optional[float]:
@@ -129,7 +135,7 @@ class DepthStats:
     def add_rounds(self, rounds: list[Any]) -> None:
         for r, (depth, seconds) in zip(rounds, round_times(rounds)):
             b = self._bin(depth)
-            b.depth_sum, b.points = b.depth_sum + depth, b.points + 1
+            b.round_depths += depth
             b.committed += len(field_of(r, "committed") or [])
             b.dflash_s += seconds
             if field_of(r, "bonus_kind") == PLAIN:
@@ -144,7 +150,7 @@ class DepthStats:
     def add_steps(self, steps: list[tuple[int, float]]) -> None:
         for depth, seconds in steps:
             b = self._bin(depth)
-            b.depth_sum, b.points = b.depth_sum + depth, b.points + 1
+            b.ar_depths += depth
             b.ar_tokens += 1
             b.ar_s += seconds
 
