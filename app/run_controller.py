@@ -254,9 +254,8 @@ class RunController(QObject):
             self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
             return
         if isinstance(msg.event, CalibrationEvent):
-            self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve for this pair, block and "
-                                           f"draft window (kept for them) {msg.event.done}/{msg.event.total}, "
-                                           "Esc stops")
+            self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve (once per pair, block and "
+                                           f"draft window) {msg.event.done}/{msg.event.total}, Esc stops")
             return
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None
