@@ -59,6 +59,15 @@ def export_rounds_csv(run: RunRecord, path: str | Path) -> int:
     return len(run.rounds)
 
 
+def unfinished(run: RunRecord, path: str | Path) -> Optional[str]:
+    """What an opened trace lacks, if anything: a run still ends with its summary, a stopped one too."""
+    if run.summary is not None:
+        return None
+    made = f"{len(run.rounds)} rounds" if run.rounds else f"{len(run.tokens)} tokens"
+    return (f"{Path(path).name} ends after {made}, without the run's summary: the run did not finish (a crash, a "
+            "command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
+
+
 def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord:
     """Read a trace into a record; the token table comes from the target's tokenizer.json when it still exists."""
     header, records = read_trace(path)

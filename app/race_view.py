@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.settings import MAX_NUM_DRAFT, NUM_DRAFT
 from engine.tools.parity import IDENTICAL, NEAR_TIE, SAMPLES, parity_verdict
-from engine.tools.race import METHODS, parse_methods
+from engine.tools.race import METHODS
 from app import theme
 from app.jobs import MethodDone, RaceDone
 from app.parity_view import run_conditions
@@ -156,7 +156,7 @@ class RaceView(QWidget):
 
     def methods(self) -> list[str]:
         """The ticked methods in race order (AR first)."""
-        return parse_methods(",".join(m for m, box in self.boxes.items() if box.isChecked()))
+        return ["ar"] + [m for m, box in self.boxes.items() if box.isChecked() and m != "ar"]
 
     def set_methods(self, methods: list[str]) -> None:
         for method, box in self.boxes.items():

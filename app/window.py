@@ -198,12 +198,10 @@ class MainWindow(QMainWindow):
     def start_race(self) -> None:
         """Race the ticked methods on the prompt (the Race tab), loading the chosen pair first if it changed."""
         r = self.race_view
-        try:
-            methods = r.methods()
-        except DFlashError as exc:  # AR alone: nothing to race it against
-            self.show_error("Nothing to race", str(exc))
-            return
-        if "draft-model" in methods and not r.draft_model_value():
+        methods = r.methods()
+        if len(methods) < 2:
+            self.show_error("Nothing to race", "tick a method besides AR (AR runs in every race, as the reference).")
+        elif "draft-model" in methods and not r.draft_model_value():
             self.show_error("No draft model", "the draft-model method needs a draft model: a small model with the "
                             "target's tokenizer (a folder or a Hugging Face id); give one or untick it.")
         elif not self.busy and (target := self._chosen_target()):
@@ -328,10 +326,9 @@ class MainWindow(QMainWindow):
             if device is not None:
                 self.status_line.show_device(device)
         self.center_tabs.setCurrentWidget(self.output)
-        if run.summary is None:  # a stopped run still ends with its summary: this file was cut short
-            made = f"{len(run.rounds)} rounds" if run.rounds else f"{len(run.tokens)} tokens"
-            self.notify(f"{Path(path).name} ends after {made}, without the run's summary: the run did not finish "
-                        "(a crash, a command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
+        missing = files.unfinished(run, path)
+        if missing:
+            self.notify(missing)
         else:
             self.statusBar().showMessage(f"replaying {path}")
         return True

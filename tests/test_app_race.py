@@ -175,7 +175,7 @@ def test_a_bad_draft_model_gives_the_engine_line_before_anything_runs(qtbot, mak
     # AR alone: nothing to race it against; the window says so, nothing is submitted.
     view.set_methods(["ar"])
     w.start_race()
-    assert not w.busy and "a race needs a method besides ar" in w.errors[-1]
+    assert not w.busy and "tick a method besides AR" in w.errors[-1]
     # Unticked draft-model with no model named: the window says so itself, nothing is submitted.
     view.set_methods(["ar", "draft-model"])
     view.draft_model.setText("")
