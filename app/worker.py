@@ -220,18 +220,19 @@ class Worker(QObject):
         if job.mode == "both":
             result = engine_parity.run_parity(pair, ids, job.settings, on_event=emit, cancel=job.cancel,
                                               prefix=self.prefix)
+            dflash = result.dflash  # None when Stop ended the AR run
             put(ParityDone(
                 identical=result.identical,
                 first_divergence=result.first_divergence,
                 margin_at_divergence=result.margin_at_divergence,
                 speedup=result.speedup,
                 ar_tok_s=result.ar.tok_per_s,
-                dflash_tok_s=result.dflash.tok_per_s if result.dflash is not None else 0.0,
+                dflash_tok_s=dflash.tok_per_s if dflash is not None else 0.0,
                 cancelled=result.cancelled,
-                mean_acceptance_length=result.dflash.mean_acceptance_length if result.dflash is not None else None,
+                mean_acceptance_length=dflash.mean_acceptance_length if dflash is not None else None,
                 round_in_ar_steps=result.round_in_ar_steps,
                 compared=result.compared,
-                dflash_ran=result.dflash is not None,
+                dflash_ran=dflash is not None,
             ))
         else:
             settings = replace(job.settings, mode=job.mode)

@@ -350,8 +350,7 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
         return _agreed((yield from measured()), pair), False
-    key = cache_key(pair, block, repeats, window, sink)
-    path = cache_dir() / "cost-curves" / f"{key}.json"
+    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink)}.json"
     if not fresh and str(path) in _UNWRITTEN:
         return _UNWRITTEN[str(path)], True
     if not fresh and path.is_file():

@@ -113,17 +113,16 @@ def _measure_cost_curves(pair, settings: list) -> None:
     from engine.decode.cost_curve import cost_curve
     from engine.decode.speculative import verify_block
 
+    def say(msg: str) -> None:
+        print(f"\r  auto verify length: this machine's cost curve for this pair, {msg}", end="", file=sys.stderr,
+              flush=True)
+
     if pair.ranks.sharded:  # a sharded run measures its curve on every rank anyway (no cache): not twice
         return
     for s in settings:
         s = s.resolved(pair)
         if s.mode == "ar" or not s.auto:
             continue
-
-        def say(msg: str) -> None:
-            print(f"\r  auto verify length: this machine's cost curve for this pair, {msg}", end="",
-                  file=sys.stderr, flush=True)
-
         _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say)
         if not cached:
             print(", done", file=sys.stderr, flush=True)
