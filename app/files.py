@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
 
 from engine.errors import DFlashError
 from engine.safe_write import check_output, write_atomic
-from engine.tools.trace import SCHEMA, chrome_events, read_trace
+from engine.tools.trace import RUNS_SCHEMA, SCHEMA, chrome_events, parity_record, read_runs
+from app.jobs import ParityDone
 from app.run_record import RunRecord, record_from_trace
 from app.tokens import TokenTable, table_from_tokenizer_json
 
@@ -29,23 +31,48 @@ def _write(path: Path, text: str, what: str) -> None:
     write_atomic(check_output(path, what), text, what)
 
 
-def export_trace(run: RunRecord, path: str | Path) -> int:
-    """Write the run as dflash-trace/1 JSONL (the header the engine made, then its records)."""
-    records = run.records()
-    lines = [json.dumps(_header(run))] + [json.dumps(r) for r in records]
+@dataclass
+class Comparison:
+    """A Both run's two runs and its verdict: what a parity trace holds (dflash is None when Stop ended
+    the AR run)."""
+
+    ar: RunRecord
+    dflash: Optional[RunRecord]
+    parity: ParityDone
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        return [self.ar] + ([self.dflash] if self.dflash is not None else [])
+
+
+def export_trace(run: RunRecord | Comparison, path: str | Path) -> int:
+    """Write one run as dflash-trace/1 JSONL (the header the engine made, then its records), or a
+    comparison as dflash-trace/2 (each run so, then the parity record). Returns the records written."""
+    if isinstance(run, Comparison):
+        lines = []
+        for each in run.runs:
+            lines += [json.dumps({**_header(each), "schema": RUNS_SCHEMA})] + [json.dumps(r) for r in each.records()]
+        lines.append(json.dumps(parity_record(asdict(run.parity))))
+    else:
+        lines = [json.dumps(_header(run))] + [json.dumps(r) for r in run.records()]
     _write(Path(path), "\n".join(lines) + "\n", "the trace")
-    return len(records)
+    return len(lines)
 
 
-def export_chrome(run: RunRecord, path: str | Path) -> int:
-    """Chrome trace JSON (opens in Perfetto), via the engine's converter."""
-    events = list(chrome_events(_header(run), run.records()))
+def export_chrome(run: RunRecord | Comparison, path: str | Path) -> int:
+    """Chrome trace JSON (opens in Perfetto), via the engine's converter: a comparison's runs as two processes."""
+    runs = run.runs if isinstance(run, Comparison) else [run]
+    events = [e for pid, each in enumerate(runs, 1) for e in chrome_events(_header(each), each.records(), pid)]
     _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
     return len(events)
 
 
-def export_rounds_csv(run: RunRecord, path: str | Path) -> int:
-    """One row per round; id lists are space-separated."""
+def export_rounds_csv(run: RunRecord | Comparison, path: str | Path) -> int:
+    """One row per round (a comparison's: its DFlash run's); id lists are space-separated."""
+    if isinstance(run, Comparison):
+        if run.dflash is None:
+            raise DFlashError("this comparison has no DFlash run (Stop ended the AR run), so it has no rounds.")
+        run = run.dflash
     buffer = io.StringIO(newline="")
     w = csv.writer(buffer)
     w.writerow(ROUND_COLUMNS)
@@ -59,23 +86,43 @@ def export_rounds_csv(run: RunRecord, path: str | Path) -> int:
     return len(run.rounds)
 
 
-def unfinished(run: RunRecord, path: str | Path) -> Optional[str]:
+def unfinished(run: RunRecord | Comparison, path: str | Path) -> Optional[str]:
     """What an opened trace lacks, if anything: a run still ends with its summary, a stopped one too."""
-    if run.summary is not None:
-        return None
-    made = f"{len(run.rounds)} rounds" if run.rounds else f"{len(run.tokens)} tokens"
-    return (f"{Path(path).name} ends after {made}, without the run's summary: the run did not finish (a crash, a "
-            "command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
+    for each in run.runs if isinstance(run, Comparison) else [run]:
+        if each.summary is None:
+            made = f"{len(each.rounds)} rounds" if each.rounds else f"{len(each.tokens)} tokens"
+            which = f": its {'AR' if each.mode == 'ar' else 'DFlash'} run" if isinstance(run, Comparison) else ""
+            return (f"{Path(path).name}{which} ends after {made}, without the run's summary: the run did not finish "
+                    "(a crash, a command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
+    return None
 
 
-def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord:
-    """Read a trace into a record; the token table comes from the target's tokenizer.json when it still exists."""
-    header, records = read_trace(path)
-    if header.get("schema") != SCHEMA:
-        raise DFlashError(f"{path}: schema {header.get('schema')!r} is not {SCHEMA!r}.")
+def _parity_done(record: dict, dflash_ran: bool) -> ParityDone:
+    """The window's ParityDone from a parity record (engine.tools.trace checked its fields)."""
+    names = {f.name for f in fields(ParityDone)}
+    values = {k: v for k, v in record.items() if k in names}
+    return ParityDone(**{**values, "dflash_tok_s": values.get("dflash_tok_s") or 0.0, "dflash_ran": dflash_ran})
+
+
+def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord | Comparison:
+    """Read a trace into a record (a parity check's into a Comparison); the token table comes from the
+    target's tokenizer.json when it still exists."""
+    trace = read_runs(path)
+    runs = trace.runs
     if table is None:
-        table = table_from_tokenizer_json(header.get("target"))
+        table = table_from_tokenizer_json(runs[0].header.get("target"))
     try:
-        return record_from_trace(header, records, table)
+        records = [record_from_trace(r.header, r.records, table) for r in runs]
     except (TypeError, KeyError, ValueError, IndexError) as exc:
-        raise DFlashError(f"{path}: a record does not match {SCHEMA} ({type(exc).__name__}: {exc}).") from None
+        raise DFlashError(f"{path}: a record does not match {runs[0].header['schema']} ({type(exc).__name__}: "
+                          f"{exc}).") from None
+    if runs[0].header["schema"] == SCHEMA:
+        return records[0]
+    modes = [r.mode for r in records]
+    if modes not in (["ar"], ["ar", "dflash"]):
+        raise DFlashError(f"{path}: a parity trace holds an AR run and then a DFlash run, not {' then '.join(modes)}; "
+                          "the trace is damaged.")
+    if trace.parity is None:  # the check did not finish: its runs, without a verdict
+        return records[-1]
+    return Comparison(records[0], records[1] if len(records) > 1 else None,
+                      _parity_done(trace.parity, dflash_ran=len(records) > 1))

@@ -26,6 +26,7 @@ from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
     ParityDone, RaceDone, RaceJob, RunFailed, RunJob,
 )
+from app.files import Comparison
 from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
@@ -172,20 +173,38 @@ class RunController(QObject):
         self.replaying = None
         self.w.clear_run_views()
 
-    def show_replay(self, run: RunRecord, path: Path) -> None:
-        """A run read from a trace, shown like a finished one."""
+    def show_replay(self, opened: RunRecord | Comparison, path: Path) -> None:
+        """A run read from a trace, shown like a finished one; a parity check's two runs and its verdict
+        as a finished Both run."""
         self.clear_runs()
-        self.job_mode = None
         self.replaying = path
-        self.runs = {run.mode: run}
+        if isinstance(opened, Comparison):
+            self.job_mode, self.parity = "both", opened.parity
+            runs = opened.runs
+        else:
+            self.job_mode, runs = None, [opened]
+        self.runs = {r.mode: r for r in runs}
+        run = runs[-1]
         self.current_run = run
         self.rounds_run = run if run.rounds else None
         self.w.output.set_run(run)
         self.w.rounds.set_run(self.rounds_run)
         self.w.plots.update_runs(self.runs, self.rounds_run)
-        self.w.why_view.update_run(self.rounds_run)
+        self.w.why_view.update_run(self.rounds_run, self.runs.get("ar"))
         self.w.selector_view.update_run(self.rounds_run)
+        if isinstance(opened, Comparison):
+            self.w.show_parity(opened.parity, opened.ar, opened.dflash)
         self.w.update_status()
+
+    def shown(self) -> Optional[RunRecord | Comparison]:
+        """What exports write: in a race, the method on show (the row picked, else the one running); a
+        finished Both run as the comparison it is (both runs and the verdict); otherwise the DFlash run
+        when there is one, else the last run."""
+        if self.job_mode == "race":
+            return self.current_run
+        if self.job_mode == "both" and self.parity is not None and "ar" in self.runs:
+            return Comparison(self.runs["ar"], self.runs.get("dflash"), self.parity)
+        return self.runs.get("dflash") or self.current_run
 
     # ---- draining the worker ---------------------------------------------------------------
 

@@ -271,26 +271,19 @@ class MainWindow(QMainWindow):
 
     # ---- files -----------------------------------------------------------------------------
 
-    def primary_run(self) -> Optional[RunRecord]:
-        """What exports write: in a race, the method on show (the row picked, else the one running);
-        otherwise the DFlash run when there is one (in Both mode too), else the last run."""
-        if self.controller.job_mode == "race":
-            return self.current_run
-        return self.runs.get("dflash") or self.current_run
-
     def _export(self, what: str, fn, path: str | Path) -> bool:
-        run = self.primary_run()
+        shown = self.controller.shown()  # a finished Both run: both runs and the verdict
+        run = shown.dflash or shown.ar if isinstance(shown, files.Comparison) else shown
         if run is None or (not run.finished and self.busy):
             self.show_error("Nothing to export", "run a prompt (and let it finish) or open a trace first.")
             return False
         try:
-            fn(run, path)
+            fn(shown, path)
         except DFlashError as exc:
             self.show_error(f"Could not export the {what}", str(exc))
             return False
-        both = self.controller.job_mode == "both" and "ar" in self.runs and run is self.runs.get("dflash")
-        self.statusBar().showMessage(f"saved the {what} to {path}" + (" (of the DFlash run: the AR run is not in it)"
-                                                                       if both else ""))
+        self.statusBar().showMessage(f"saved the {what} to {path}" + (
+            " (both runs and the parity verdict)" if isinstance(shown, files.Comparison) and what != "rounds" else ""))
         return True
 
     def export_trace(self, path: str | Path) -> bool:
@@ -315,18 +308,19 @@ class MainWindow(QMainWindow):
             self.show_error("Busy", "stop the current run before opening a trace.")
             return False
         try:
-            run = files.open_trace(path)
+            opened = files.open_trace(path)
         except DFlashError as exc:
             self.show_error("Could not open the trace", str(exc))
             return False
-        self.controller.show_replay(run, Path(path))
+        self.controller.show_replay(opened, Path(path))
+        run = self.controller.current_run
         if run.header is not None:
             self.prompt.apply_trace_header(run.header, run.table)
             device = trace_device(run.header)
             if device is not None:
                 self.status_line.show_device(device)
-        self.center_tabs.setCurrentWidget(self.output)
-        missing = files.unfinished(run, path)
+        self.center_tabs.setCurrentWidget(self.parity_view if isinstance(opened, files.Comparison) else self.output)
+        missing = files.unfinished(opened, path)
         if missing:
             self.notify(missing)
         else:

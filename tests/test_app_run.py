@@ -1,5 +1,7 @@
 """Runs through the real worker thread: the views hold what the engine's events said."""
 
+import json
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
@@ -172,7 +174,7 @@ def test_stop_in_both_mode_compares_what_both_runs_wrote(qtbot, make_window, qwe
     assert w.errors == []
 
 
-def test_stop_in_both_mode_during_ar_does_not_start_dflash(qtbot, make_window, qwen3_tied_dirs):
+def test_stop_in_both_mode_during_ar_does_not_start_dflash(qtbot, make_window, qwen3_tied_dirs, tmp_path):
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000, mode="both", lookup=False, block_auto=False)
     w.activateWindow()
@@ -184,9 +186,13 @@ def test_stop_in_both_mode_during_ar_does_not_start_dflash(qtbot, make_window, q
     assert w.center_tabs.tabText(1) == "Parity –"
     assert w.parity_view.headline.text().startswith("Stopped during the AR run")
     assert w.errors == [] and w.prompt.run_button.isEnabled()
+    # Saved, the stopped check is what it was: the AR run alone, nothing compared.
+    w2 = reopened(make_window, w, tmp_path / "stopped.jsonl")
+    assert_same_comparison(w, w2)
+    assert not w2.export_rounds_csv(tmp_path / "rounds.csv") and "no DFlash run" in w2.errors[-1]
 
 
-def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs):
+def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs, tmp_path):
     """A diverging case built honestly: at temperature 1 AR and DFlash draw their random numbers
     differently (speculative sampling), so with the same seed their outputs differ."""
     w = make_window()
@@ -216,6 +222,10 @@ def test_both_mode_marks_a_divergence(qtbot, make_window, qwen3_tied_dirs):
     assert w.rounds_run is df and w.rounds.rounds_model.rowCount() == df.summary.num_rounds
     s = w.plots.series()
     assert len(s["tps_ar"]) > 0 and len(s["tps_dflash"]) > 0
+    # Saved and opened again, the divergence shows as it did: marks, headline and margin.
+    w2 = reopened(make_window, w, tmp_path / "diverged.jsonl")
+    assert_same_comparison(w, w2)
+    assert w2.parity_view.result.margin_at_divergence == result.margin_at_divergence
 
 
 def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
@@ -236,15 +246,54 @@ def test_both_mode_greedy_is_identical(qtbot, make_window, qwen3_tied_dirs):
     assert f"this run's tau: {r.mean_acceptance_length:.2f}" in w.parity_view.headline.text()
 
 
-def test_exporting_a_both_run_says_the_trace_holds_the_dflash_run(qtbot, make_window, qwen3_tied_dirs, tmp_path):
-    from engine.tools.trace import read_trace
+def reopened(make_window, w, path):
+    """Export `w`'s Both run as a trace and open it in a fresh window with no model loaded."""
+    assert w.export_trace(path)
+    assert "both runs and the parity verdict" in w.statusBar().currentMessage()
+    w2 = make_window()
+    assert w2.open_trace(path) and w2.loaded is None and w2.errors == []
+    return w2
+
+
+def assert_same_comparison(w, w2):
+    """Both windows show one comparison: texts, marks, headline, tab mark, rounds and runs."""
+    assert w2.center_tabs.tabText(1) == w.center_tabs.tabText(1)
+    assert w2.center_tabs.currentWidget() is w2.parity_view
+    assert w2.parity_view.headline.text() == w.parity_view.headline.text()
+    assert w2.parity_view.differences == w.parity_view.differences
+    for side in ("ar", "dflash"):
+        a, b = getattr(w.parity_view, side), getattr(w2.parity_view, side)
+        assert b.plain_text() == a.plain_text() and b.marked() == a.marked()
+    assert sorted(w2.controller.runs) == sorted(w.controller.runs)
+    for mode, run in w.controller.runs.items():
+        assert w2.controller.runs[mode].token_ids() == run.token_ids()
+    assert (w2.rounds_run is None) == (w.rounds_run is None)
+    if w.rounds_run is not None:
+        assert w2.rounds_run.rounds == w.rounds_run.rounds
+
+
+def test_a_both_run_exports_both_runs_and_the_verdict(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    """A parity check is saved whole (schema dflash-trace/2: AR's run, DFlash's, the verdict) and opens as
+    the comparison it was; re-exported, it is the same file."""
+    from engine.tools.trace import RUNS_SCHEMA, read_runs
 
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="both")
     run_and_wait(qtbot, w)
-    assert w.export_trace(tmp_path / "both.jsonl")
-    assert read_trace(tmp_path / "both.jsonl")[0]["mode"] == "dflash"
-    assert "the AR run is not in it" in w.statusBar().currentMessage()
+    path = tmp_path / "both.jsonl"
+    w2 = reopened(make_window, w, path)
+    trace = read_runs(path)
+    assert [r.header["mode"] for r in trace.runs] == ["ar", "dflash"]
+    assert all(r.header["schema"] == RUNS_SCHEMA for r in trace.runs)
+    assert trace.parity["identical"] is True and trace.parity["compared"] == len(w.runs["ar"].tokens)
+    assert_same_comparison(w, w2)
+    assert w2.export_trace(tmp_path / "again.jsonl")
+    assert (tmp_path / "again.jsonl").read_text() == path.read_text()
+    # Perfetto gets both runs, one process each
+    assert w2.export_chrome(tmp_path / "both.json")
+    events = json.loads((tmp_path / "both.json").read_text())["traceEvents"]
+    assert sorted(e["args"]["name"] for e in events if e.get("name") == "process_name") == \
+        ["AR run: " + qwen3_tied_dirs[0].name, "DFlash run: " + qwen3_tied_dirs[0].name]
 
 
 def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen3_tied_dirs):

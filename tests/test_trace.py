@@ -120,3 +120,52 @@ def test_traces_from_before_auto_verify_still_open(qwen3_tied_dirs, tmp_path, ca
     _, records = read_trace(trace)
     rounds = [from_dict(r) for r in records if r["type"] == "round"]
     assert rounds and all(r.verified is None and r.unverified == [] for r in rounds)
+
+
+def test_parity_trace_holds_both_runs_and_the_verdict(qwen3_tied_dirs, tmp_path, capsys):
+    """`parity --trace`: AR's run, DFlash's run, then the verdict `--json` printed (dflash-trace/2); a
+    one-run reader sees the DFlash run, and Perfetto gets each run as its own process."""
+    from engine.tools.trace import RUNS_SCHEMA, read_runs
+
+    trace, chrome = tmp_path / "check.jsonl", tmp_path / "check.chrome.json"
+    assert cli(["parity", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", PROMPTS[0], "--raw", "--max-tokens", "20", "--trace", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    saved = read_runs(trace)
+    assert [r.header["mode"] for r in saved.runs] == ["ar", "dflash"]
+    assert {r.header["schema"] for r in saved.runs} == {RUNS_SCHEMA}
+    assert saved.runs[0].header["prompt"] == {"text": PROMPTS[0], "format": "raw"}
+    summaries = [r.records[-1] for r in saved.runs]
+    assert [s["type"] for s in summaries] == ["summary", "summary"]
+    assert [len(s["token_ids"]) for s in summaries] == [out["ar_tokens"], out["dflash_tokens"]]
+    assert out["identical"] and summaries[0]["token_ids"] == summaries[1]["token_ids"]
+    assert {k: v for k, v in saved.parity.items() if k != "type"} == {k: out[k] for k in saved.parity if k != "type"}
+    assert read_trace(trace)[0]["mode"] == "dflash"
+    assert cli(["export", str(trace), "--chrome", str(chrome)]) == 0
+    events = json.loads(chrome.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {1: f"AR run: {qwen3_tied_dirs[0].name}", 2: f"DFlash run: {qwen3_tied_dirs[0].name}"}
+    assert {e["pid"] for e in events if e["ph"] == "X"} == {2}  # AR has no rounds; its tok/s counter is pid 1's
+    assert {e["pid"] for e in events if e["ph"] == "C" and e["name"] == "tok/s"} == {1, 2}
+
+    # Damage is named: a bad verdict field, a record after the verdict, a second run in a one-run trace.
+    lines = trace.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:-1] + [lines[-1].replace('"identical": true', '"identical": "yes"')]) + "\n")
+    with pytest.raises(DFlashError, match="parity record's 'identical'"):
+        read_runs(bad)
+    bad.write_text("\n".join(lines + [lines[1]]) + "\n")
+    with pytest.raises(DFlashError, match="after the parity record"):
+        read_runs(bad)
+    one_run = [line.replace(RUNS_SCHEMA, SCHEMA) for line in lines[:-1]]
+    bad.write_text("\n".join(one_run) + "\n")
+    with pytest.raises(DFlashError, match="a second run in a dflash-trace/1 trace"):
+        read_runs(bad)
+
+
+def test_parity_trace_is_not_begun_for_refused_settings(qwen3_tied_dirs, tmp_path, capsys):
+    trace = tmp_path / "check.jsonl"
+    assert cli(["parity", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", PROMPTS[0], "--raw", "--block-size", "1000", "--trace", str(trace)]) != 0
+    assert "block size 1000" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

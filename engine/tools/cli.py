@@ -198,13 +198,34 @@ def _print_parity(result, as_json: bool) -> None:
 
 
 def cmd_parity(args) -> int:
+    from engine.decode.prompts import format_name
+    from engine.safe_write import check_output
     from engine.tools.parity import run_parity
+    from engine.tools.trace import TraceWriter
 
+    if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
+        check_output(args.trace, "the trace", inputs=(args.prompt_file,))
     pair = _load(args)
-    ids = _prompt_ids(args, pair.tokenizer, _prompt_text(args))
+    text = _prompt_text(args)
+    ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, "dflash")
+    settings.resolved(pair)  # refused settings are refused before the trace is begun
     _measure_cost_curves(pair, [settings])
-    _print_parity(run_parity(pair, ids, settings), args.json)
+    root = getattr(args, "ranks", distributed.SINGLE).root
+    prompt = {"text": text, "format": format_name(_chat_flag(args))}
+    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,), parity=True) if args.trace and root else None
+    complete = False
+    try:
+        result = run_parity(pair, ids, settings, on_event=writer.write if writer else lambda e: None)
+        if writer:
+            writer.write_parity(result.to_dict())
+        complete = True
+    finally:
+        if writer:
+            where = writer.close(complete=complete)
+            if not complete and where is not None:
+                print(f"the check did not finish; its trace so far is in {where}", file=sys.stderr)
+    _print_parity(result, args.json)
     return 0
 
 

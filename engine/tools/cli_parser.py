@@ -104,6 +104,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
 
     p = sub.add_parser("parity", help="AR then DFlash on the same prompt; are they identical?")
     _add_run_args(p)
+    p.add_argument("--trace", help="write both runs and the verdict here (dflash-trace/2 JSONL; the window opens it)")
 
     b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
     _add_model_args(b)

@@ -151,6 +151,7 @@ class ParityResult:
             "logits_dtype": self.logits_dtype,
             "temperature": self.temperature,
             "cancelled": self.cancelled,
+            "compared": self.compared,
             "ar_tok_s": self.ar.tok_per_s,
             "dflash_tok_s": d.tok_per_s if d is not None else None,
             "speedup": round(self.speedup, 4),

@@ -1,4 +1,10 @@
-"""Traces: JSONL (schema dflash-trace/1), written and flushed per round, and Chrome trace export."""
+"""Traces: JSONL, written and flushed per round, and Chrome trace export.
+
+A trace of one run is schema dflash-trace/1: its header line, then its rounds, text and summary.
+A parity check (the window's Both mode, `parity --trace`) is schema dflash-trace/2: the AR run
+(header line, then its records), the DFlash run the same way, then one "parity" record, the
+comparison's verdict. Readers of /1 refuse /2 by its schema instead of mixing the two runs.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import os
 import platform
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 from engine import json_text
@@ -16,7 +23,17 @@ from engine.decode.events import (
     EVENT_TYPES, Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, from_dict, to_dict,
 )
 
-SCHEMA = "dflash-trace/1"
+SCHEMA = "dflash-trace/1"  # one run
+RUNS_SCHEMA = "dflash-trace/2"  # several runs, each from its own header line, and their parity record
+SCHEMAS = (SCHEMA, RUNS_SCHEMA)
+# What a parity record holds (engine.tools.parity.ParityResult.to_dict(), the window's ParityDone): the
+# verdict itself is recomputed from these, the runs' temperature and their logits dtype when read.
+PARITY_FIELDS = {
+    "identical": (bool,), "first_divergence": (int, type(None)), "margin_at_divergence": (float, int, type(None)),
+    "cancelled": (bool,), "compared": (int,), "speedup": (float, int), "ar_tok_s": (float, int),
+    "dflash_tok_s": (float, int, type(None)), "mean_acceptance_length": (float, int, type(None)),
+    "round_in_ar_steps": (float, int, type(None)),
+}
 
 
 def environment() -> dict[str, Any]:
@@ -44,13 +61,14 @@ def _read_config(folder: Optional[str]) -> Optional[dict]:
         return None
 
 
-def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The trace's first line. `prompt`: {"text": ..., "format": "chat" | "raw" | "auto"} where the
+def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None,
+                  schema: str = SCHEMA) -> dict[str, Any]:
+    """A run's first line. `prompt`: {"text": ..., "format": "chat" | "raw" | "auto"} where the
     caller knows them, so an opened trace can show and re-run the prompt."""
     model = start.model
     return {
         "type": "header",
-        "schema": SCHEMA,
+        "schema": schema,
         **environment(),
         "mode": start.mode,
         "target": model.get("target"),
@@ -64,13 +82,20 @@ def header_record(start: StartEvent, prompt: Optional[dict[str, Any]] = None) ->
     }
 
 
+def parity_record(result: dict[str, Any]) -> dict[str, Any]:
+    """The parity record of a dflash-trace/2 file, from a comparison's fields (ParityResult.to_dict())."""
+    return {"type": "parity", **{key: result.get(key) for key in PARITY_FIELDS}}
+
+
 class TraceWriter:
     """Writes one JSON line per record to FILE.<pid>.partial beside FILE, flushed as it goes (a
     crash leaves a valid prefix there); `close(complete=True)` renames it to FILE. An earlier FILE
-    is never touched until the new trace is whole."""
+    is never touched until the new trace is whole. `parity=True`: a parity check's trace (both runs,
+    each StartEvent a header, then `write_parity`)."""
 
     def __init__(self, path: str | Path, prompt: Optional[dict[str, Any]] = None,
-                 inputs: tuple[Optional[str | Path], ...] = ()):
+                 inputs: tuple[Optional[str | Path], ...] = (), parity: bool = False):
+        self.schema = RUNS_SCHEMA if parity else SCHEMA
         self.path = check_output(path, "the trace", inputs)
         # One per process: never truncates another run's partial trace, nor one kept from a crash.
         self.partial = check_output(self.path.with_name(f"{self.path.name}.{os.getpid()}.partial"), "the trace",
@@ -90,9 +115,13 @@ class TraceWriter:
 
     def write(self, event: Event) -> None:
         if isinstance(event, StartEvent):
-            self._write(header_record(event, self.prompt))
+            self._write(header_record(event, self.prompt, self.schema))
         elif isinstance(event, (RoundEvent, TextEvent, SummaryEvent)):
             self._write(to_dict(event))
+
+    def write_parity(self, result: dict[str, Any]) -> None:
+        """The comparison of the two runs written before it (ParityResult.to_dict())."""
+        self._write(parity_record(result))
 
     def close(self, complete: bool = True) -> Optional[Path]:
         """Put the trace in place when the run ended; otherwise keep what was written as the partial file
@@ -122,8 +151,45 @@ class TraceWriter:
         self.close(complete=exc_type is None)
 
 
-def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, records). A torn last line (crash mid-write) is dropped; anything else is an error."""
+@dataclass
+class TraceRun:
+    header: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class TraceFile:
+    runs: list[TraceRun]  # one (dflash-trace/1), or a parity check's AR run then its DFlash run
+    parity: Optional[dict[str, Any]] = None  # the parity record, when the check finished
+
+    @property
+    def shown(self) -> TraceRun:
+        """The run a one-run reader shows: the only one, or a parity check's DFlash run (its last)."""
+        return self.runs[-1]
+
+
+def _check_header(path, n: int, header: dict[str, Any], schema: str) -> None:
+    if header.get("schema") != schema:
+        raise DFlashError(f"{path}: line {n}: a run's header says schema {header.get('schema')!r} in a {schema} "
+                          "trace; the trace is damaged.")
+    for key, kind in (("mode", str), ("settings", dict), ("prompt_ids", list), ("model", dict), ("prompt", dict),
+                      ("device", str), ("target", str), ("drafter", str)):
+        if header.get(key) is not None and not isinstance(header[key], kind):
+            raise DFlashError(f"{path}: line {n}: the header's '{key}' is not a {kind.__name__}; the trace is damaged.")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in header.get("prompt_ids") or []):
+        raise DFlashError(f"{path}: line {n}: the header's 'prompt_ids' are not all token ids; the trace is damaged.")
+
+
+def _check_parity(path, n: int, record: dict[str, Any]) -> None:
+    for key, kinds in PARITY_FIELDS.items():
+        value = record.get(key)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise DFlashError(f"{path}: line {n}: the parity record's '{key}' is {value!r}; the trace is damaged.")
+
+
+def read_runs(path: str | Path) -> TraceFile:
+    """Every run in a trace, and a parity check's verdict. A torn last line (crash mid-write) is
+    dropped; anything else is an error."""
     lines = read_text(path, "the trace").splitlines()
     records = []
     for n, line in enumerate(lines):
@@ -136,22 +202,38 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if not isinstance(record, dict):
             raise DFlashError(f"{path}: line {n + 1} is not a JSON object; this is not a dflash trace.")
         records.append(record)
-    if not records or records[0].get("type") != "header" or records[0].get("schema") != SCHEMA:
-        raise DFlashError(f"{path}: no '{SCHEMA}' header on the first line; this is not a dflash trace.")
-    header = records[0]
-    for key, kind in (("mode", str), ("settings", dict), ("prompt_ids", list), ("model", dict), ("prompt", dict),
-                      ("device", str), ("target", str), ("drafter", str)):
-        if header.get(key) is not None and not isinstance(header[key], kind):
-            raise DFlashError(f"{path}: line 1: the header's '{key}' is not a {kind.__name__}; the trace is damaged.")
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in header.get("prompt_ids") or []):
-        raise DFlashError(f"{path}: line 1: the header's 'prompt_ids' are not all token ids; the trace is damaged.")
-    for n, record in enumerate(records[1:], 2):  # every record a reader will use, checked once here
-        if record.get("type") in EVENT_TYPES and record.get("type") != "start":
-            try:
-                from_dict(record)
-            except ValueError as exc:
-                raise DFlashError(f"{path}: line {n}: {exc}; the trace is damaged.") from None
-    return records[0], records[1:]
+    if not records or records[0].get("type") != "header" or records[0].get("schema") not in SCHEMAS:
+        raise DFlashError(f"{path}: no '{SCHEMA}' or '{RUNS_SCHEMA}' header on the first line; this is not a "
+                          "dflash trace.")
+    schema = records[0]["schema"]
+    trace = TraceFile([])
+    for n, record in enumerate(records, 1):  # every record a reader will use, checked once here
+        kind = record.get("type")
+        if trace.parity is not None:
+            raise DFlashError(f"{path}: line {n}: a record after the parity record; the trace is damaged.")
+        if kind == "header":
+            if trace.runs and schema == SCHEMA:
+                raise DFlashError(f"{path}: line {n}: a second run in a {SCHEMA} trace (one run); the trace is "
+                                  "damaged.")
+            _check_header(path, n, record, schema)
+            trace.runs.append(TraceRun(record))
+        elif kind == "parity" and schema == RUNS_SCHEMA:
+            _check_parity(path, n, record)
+            trace.parity = record
+        else:
+            if kind in EVENT_TYPES and kind != "start":
+                try:
+                    from_dict(record)
+                except ValueError as exc:
+                    raise DFlashError(f"{path}: line {n}: {exc}; the trace is damaged.") from None
+            trace.runs[-1].records.append(record)
+    return trace
+
+
+def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, records) of the run a trace shows: its only run, or a parity check's DFlash run."""
+    run = read_runs(path).shown
+    return run.header, run.records
 
 
 def process_name(header: dict[str, Any]) -> str:
@@ -161,8 +243,8 @@ def process_name(header: dict[str, Any]) -> str:
     return f"{mode} run: {Path(str(target)).name}" if target else f"{mode} run"
 
 
-def chrome_events(header: dict[str, Any], records: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    pid = 1
+def chrome_events(header: dict[str, Any], records: list[dict[str, Any]], pid: int = 1) -> Iterator[dict[str, Any]]:
+    """One run as one Perfetto process: draft, verify and rollback spans per round, tau and tok/s counters."""
     tracks = {"draft": 1, "verify": 2, "rollback": 3, "tokens": 4}
     yield {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process_name(header)}}
     for name, tid in tracks.items():
@@ -196,7 +278,7 @@ def _tok_s_counters(records: list[dict[str, Any]], pid: int) -> Iterator[dict[st
 def export_chrome(trace_path: str | Path, out_path: str | Path) -> int:
     """Write Chrome trace JSON (opens in Perfetto); return the number of events."""
     out_path = check_output(out_path, "the Chrome trace", inputs=(trace_path,))
-    header, records = read_trace(trace_path)
-    events = list(chrome_events(header, records))
+    events = [e for pid, run in enumerate(read_runs(trace_path).runs, 1)  # a parity check: AR, then DFlash
+              for e in chrome_events(run.header, run.records, pid)]
     write_atomic(out_path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
     return len(events)
