@@ -7,7 +7,7 @@ import pytest
 
 import engine.decode.prefill as prefill
 from engine.decode.decoder import generate
-from engine.decode.events import PrefillEvent, SummaryEvent
+from engine.decode.events import PrefillEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings, SamplingSettings
