@@ -53,6 +53,10 @@ def run_gui(args: argparse.Namespace) -> int:
     if run_demo and not screenshot:
         print("error: --run-demo goes with --screenshot FILE.png.", file=sys.stderr)
         return 2
+    trace = getattr(args, "trace", None)
+    if trace and run_demo:
+        print("error: give a trace to open or --run-demo, not both.", file=sys.stderr)
+        return 2
     if not _has_display():
         if not screenshot:
             print("error: no display found (DISPLAY is not set); set QT_QPA_PLATFORM=offscreen "
@@ -86,6 +90,10 @@ def run_gui(args: argparse.Namespace) -> int:
         window.models.drafter.set_value(models[1] or "")
         window.models.check_now()
     window.show()
+    if trace and not window.open_trace(trace) and screenshot:  # the window showed why; a screenshot says so here
+        print(f"error: {window.errors[-1]}", file=sys.stderr)
+        window.close()
+        return 2
     if not screenshot:
         code = app.exec()
         if not getattr(window, "worker_stopped", True):

@@ -316,6 +316,8 @@ class MainWindow(QMainWindow):
         run = self.controller.current_run
         if run.header is not None:
             self.prompt.apply_trace_header(run.header, run.table)
+            if isinstance(opened, files.Comparison):  # Run checks the same prompt again
+                self.prompt.set_mode("both")
             device = trace_device(run.header)
             if device is not None:
                 self.status_line.show_device(device)

@@ -252,3 +252,21 @@ def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_w
     w.models.drafter.set_value(str(models / "demo-dflash2-drafter"))
     w.models.check_now()
     assert "⚠" not in w.models.verdict.text()
+
+
+def test_gui_opens_a_trace_given_on_the_command_line(qwen3_tied_dirs, tmp_path, capsys):
+    """`dflash-playground gui TRACE.jsonl` opens it (a parity check here); one that is not a trace is named,
+    and a trace with --run-demo is refused."""
+    trace = tmp_path / "check.jsonl"
+    assert cli(["parity", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", "def f(x):", "--raw", "--max-tokens", "8", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    assert cli(["gui", str(trace), "--screenshot", str(tmp_path / "check.png")]) == 0
+    assert not QImage(str(tmp_path / "check.png")).isNull()
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"prompt": "hello"}\n')
+    assert cli(["gui", str(bad), "--screenshot", str(tmp_path / "bad.png")]) == 2
+    assert "notes.jsonl: no 'dflash-trace/1'" in capsys.readouterr().err and not (tmp_path / "bad.png").exists()
+    assert cli(["gui", str(trace), "--screenshot", str(tmp_path / "x.png"), "--run-demo", "--target",
+                str(qwen3_tied_dirs[0])]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -258,7 +258,8 @@ def reopened(make_window, w, path):
 def assert_same_comparison(w, w2):
     """Both windows show one comparison: texts, marks, headline, tab mark, rounds and runs."""
     assert w2.center_tabs.tabText(1) == w.center_tabs.tabText(1)
-    assert w2.center_tabs.currentWidget() is w2.parity_view
+    assert w2.center_tabs.currentWidget() is w2.parity_view and w2.prompt.mode() == "both"
+    assert w2.prompt.prompt() == w.prompt.prompt()
     assert w2.parity_view.headline.text() == w.parity_view.headline.text()
     assert w2.parity_view.differences == w.parity_view.differences
     for side in ("ar", "dflash"):
