@@ -169,3 +169,32 @@ def test_parity_trace_is_not_begun_for_refused_settings(qwen3_tied_dirs, tmp_pat
                 "--prompt", PROMPTS[0], "--raw", "--block-size", "1000", "--trace", str(trace)]) != 0
     assert "block size 1000" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_parity_check_stopped_midway_keeps_its_trace_so_far(qwen3_tied_dirs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the DFlash run: AR's whole run and DFlash's rounds so far stay in FILE.<pid>.partial,
+    named on stderr; the trace is not put in place (it has no verdict)."""
+    import engine.tools.parity as parity
+    from engine.tools.trace import read_runs
+
+    real = parity.generate
+
+    def stopped_in_dflash(pair, ids, settings, *args, **kwargs):
+        for n, event in enumerate(real(pair, ids, settings, *args, **kwargs)):
+            if settings.mode == "dflash" and n == 4:
+                raise KeyboardInterrupt
+            yield event
+
+    monkeypatch.setattr(parity, "generate", stopped_in_dflash)
+    trace = tmp_path / "check.jsonl"
+    code = cli(["parity", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1]),
+                "--prompt", PROMPTS[0], "--raw", "--max-tokens", "16", "--block-size", "4", "--trace", str(trace)])
+    assert code == 130 and not trace.exists()
+    err = capsys.readouterr().err
+    partial = next(tmp_path.glob("check.jsonl.*.partial"))
+    assert f"the check did not finish; its trace so far is in {partial}" in err
+    saved = read_runs(partial)
+    assert [r.header["mode"] for r in saved.runs] == ["ar", "dflash"] and saved.parity is None
+    assert saved.runs[0].records[-1]["type"] == "summary"
+    kinds = [r["type"] for r in saved.runs[1].records]
+    assert "round" in kinds and "summary" not in kinds

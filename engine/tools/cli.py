@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, draft_context_text
@@ -128,12 +129,30 @@ def _measure_cost_curves(pair, settings: list) -> None:
             print(", done", file=sys.stderr, flush=True)
 
 
+@contextmanager
+def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterator:
+    """The --trace writer (None without it, and on ranks other than the root), put in place when the
+    block ends normally; when it does not, what was written so far is kept and named on stderr."""
+    from engine.tools.trace import TraceWriter
+
+    root = getattr(args, "ranks", distributed.SINGLE).root
+    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,), parity=parity) if args.trace and root else None
+    complete = False
+    try:
+        yield writer
+        complete = True
+    finally:
+        if writer:
+            where = writer.close(complete=complete)
+            if not complete and where is not None:
+                print(f"\n{what} did not finish; its trace so far is in {where}", file=sys.stderr)
+
+
 def cmd_generate(args) -> int:
     from engine.decode.decoder import generate
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.prompts import format_name
     from engine.safe_write import check_output
-    from engine.tools.trace import TraceWriter
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
@@ -142,12 +161,9 @@ def cmd_generate(args) -> int:
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
-    root = getattr(args, "ranks", distributed.SINGLE).root
     _measure_cost_curves(pair, [settings])
-    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,)) if args.trace and root else None
     summary = None
-    complete = False
-    try:
+    with _trace_writer(args, prompt, "the run") as writer:
         for event in generate(pair, ids, settings):
             if writer:
                 writer.write(event)
@@ -155,12 +171,6 @@ def cmd_generate(args) -> int:
                 print(event.text, end="", flush=True)
             elif isinstance(event, SummaryEvent):
                 summary = event
-        complete = True
-    finally:
-        if writer:
-            where = writer.close(complete=complete)
-            if not complete and where is not None:
-                print(f"\nthe run did not finish; its trace so far is in {where}", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "token_ids": summary.token_ids,
@@ -201,7 +211,6 @@ def cmd_parity(args) -> int:
     from engine.decode.prompts import format_name
     from engine.safe_write import check_output
     from engine.tools.parity import run_parity
-    from engine.tools.trace import TraceWriter
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
@@ -211,20 +220,11 @@ def cmd_parity(args) -> int:
     settings = _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
     _measure_cost_curves(pair, [settings])
-    root = getattr(args, "ranks", distributed.SINGLE).root
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
-    writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,), parity=True) if args.trace and root else None
-    complete = False
-    try:
+    with _trace_writer(args, prompt, "the check", parity=True) as writer:
         result = run_parity(pair, ids, settings, on_event=writer.write if writer else lambda e: None)
         if writer:
             writer.write_parity(result.to_dict())
-        complete = True
-    finally:
-        if writer:
-            where = writer.close(complete=complete)
-            if not complete and where is not None:
-                print(f"the check did not finish; its trace so far is in {where}", file=sys.stderr)
     _print_parity(result, args.json)
     return 0
 
