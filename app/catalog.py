@@ -81,8 +81,19 @@ def scan_hf_cache(cache_dir: Optional[Path] = None) -> list[ModelEntry]:
     return entries
 
 
+def cache_label(value: str) -> Optional[str]:
+    """"org/name (HF cache)" for a folder that is a snapshot in a Hugging Face cache
+    (.../models--org--name/snapshots/<revision>), else None: a recent model loaded from the cache keeps
+    the name the cache listing gave it instead of a 100-character path."""
+    parts = Path(value).parts
+    for i, part in enumerate(parts[:-2]):
+        if part.startswith("models--") and parts[i + 1] == "snapshots" and len(parts) == i + 3:
+            return f"{part[len('models--'):].replace('--', '/')} (HF cache)"
+    return None
+
+
 def recent_entries(values: list[str], role: str) -> list[ModelEntry]:
-    return [ModelEntry(v, v, role, "recent") for v in values]
+    return [ModelEntry(v, cache_label(v) or v, role, "recent") for v in values]
 
 
 def merge_entries(*groups: list[ModelEntry]) -> list[ModelEntry]:

@@ -34,11 +34,11 @@ def _write(path: Path, text: str, what: str) -> None:
 @dataclass
 class Comparison:
     """A Both run's two runs and its verdict: what a parity trace holds (dflash is None when Stop ended
-    the AR run)."""
+    the AR run; parity None when the check did not finish: a crash, Ctrl-C, a run that failed)."""
 
     ar: RunRecord
     dflash: Optional[RunRecord]
-    parity: ParityDone
+    parity: Optional[ParityDone]
 
     @property
     def runs(self) -> list[RunRecord]:
@@ -52,9 +52,11 @@ def export_trace(run: RunRecord | Comparison, path: str | Path) -> int:
         lines = []
         for each in run.runs:
             lines += [json.dumps({**_header(each), "schema": RUNS_SCHEMA})] + [json.dumps(r) for r in each.records()]
-        lines.append(json.dumps(parity_record(asdict(run.parity))))
-    else:
-        lines = [json.dumps(_header(run))] + [json.dumps(r) for r in run.records()]
+        if run.parity is not None:
+            done = asdict(run.parity)
+            lines.append(json.dumps(parity_record({**done, "dflash_tok_s": done["dflash_tok_s"] if run.dflash else None})))
+    else:  # one run, whatever file it was opened from
+        lines = [json.dumps({**_header(run), "schema": SCHEMA})] + [json.dumps(r) for r in run.records()]
     _write(Path(path), "\n".join(lines) + "\n", "the trace")
     return len(lines)
 
@@ -87,26 +89,31 @@ def export_rounds_csv(run: RunRecord | Comparison, path: str | Path) -> int:
 
 
 def unfinished(run: RunRecord | Comparison, path: str | Path) -> Optional[str]:
-    """What an opened trace lacks, if anything: a run still ends with its summary, a stopped one too."""
+    """What an opened trace lacks, if anything: a run still ends with its summary, a stopped one too,
+    and a parity check with its verdict."""
+    name = Path(path).name
     for each in run.runs if isinstance(run, Comparison) else [run]:
         if each.summary is None:
             made = f"{len(each.rounds)} rounds" if each.rounds else f"{len(each.tokens)} tokens"
             which = f": its {'AR' if each.mode == 'ar' else 'DFlash'} run" if isinstance(run, Comparison) else ""
-            return (f"{Path(path).name}{which} ends after {made}, without the run's summary: the run did not finish "
+            return (f"{name}{which} ends after {made}, without the run's summary: the run did not finish "
                     "(a crash, a command stopped with Ctrl-C) or the file was cut short; its totals are missing.")
+    if isinstance(run, Comparison) and run.parity is None:
+        return (f"{name}: this parity check did not finish, so the file has no verdict" +
+                ("" if run.dflash is not None else " and no DFlash run") + ".")
     return None
 
 
 def _parity_done(record: dict, dflash_ran: bool) -> ParityDone:
-    """The window's ParityDone from a parity record (engine.tools.trace checked its fields)."""
+    """The window's ParityDone from a parity record (engine.tools.trace checked it against the runs)."""
     names = {f.name for f in fields(ParityDone)}
     values = {k: v for k, v in record.items() if k in names}
     return ParityDone(**{**values, "dflash_tok_s": values.get("dflash_tok_s") or 0.0, "dflash_ran": dflash_ran})
 
 
 def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord | Comparison:
-    """Read a trace into a record (a parity check's into a Comparison); the token table comes from the
-    target's tokenizer.json when it still exists."""
+    """Read a trace into a record, a parity check's into a Comparison (without a verdict when the check
+    did not finish); the token table comes from the target's tokenizer.json when it still exists."""
     trace = read_runs(path)
     runs = trace.runs
     if table is None:
@@ -118,11 +125,6 @@ def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecor
                           f"{exc}).") from None
     if runs[0].header["schema"] == SCHEMA:
         return records[0]
-    modes = [r.mode for r in records]
-    if modes not in (["ar"], ["ar", "dflash"]):
-        raise DFlashError(f"{path}: a parity trace holds an AR run and then a DFlash run, not {' then '.join(modes)}; "
-                          "the trace is damaged.")
-    if trace.parity is None:  # the check did not finish: its runs, without a verdict
-        return records[-1]
-    return Comparison(records[0], records[1] if len(records) > 1 else None,
-                      _parity_done(trace.parity, dflash_ran=len(records) > 1))
+    dflash = records[1] if len(records) > 1 else None  # engine.tools.trace checked the runs' order
+    parity = _parity_done(trace.parity, dflash is not None) if trace.parity is not None else None
+    return Comparison(records[0], dflash, parity)

@@ -57,6 +57,15 @@ def run_gui(args: argparse.Namespace) -> int:
     if trace and run_demo:
         print("error: give a trace to open or --run-demo, not both.", file=sys.stderr)
         return 2
+    if trace and screenshot:  # the screenshot never lands on the trace it shows
+        from engine.errors import DFlashError
+        from engine.safe_write import check_output
+
+        try:
+            check_output(screenshot, "the screenshot", inputs=(trace,))
+        except DFlashError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if not _has_display():
         if not screenshot:
             print("error: no display found (DISPLAY is not set); set QT_QPA_PLATFORM=offscreen "

@@ -196,6 +196,19 @@ class ModelsPanel(QGroupBox):
             self.target.set_value(folder)
         return role
 
+    def choose_pair_of(self, header: dict) -> None:
+        """An opened trace's pair in the pickers, where its target folder still exists here (a trace made
+        on another machine names folders that do not), so Run runs it again on the pair it was made
+        with; a trace without a drafter (AR) leaves the drafter picker alone."""
+        target, drafter = header.get("target"), header.get("drafter")
+        if not isinstance(target, str) or not Path(target).is_dir():
+            return
+        wanted = [(self.target, target)] + ([(self.drafter, drafter)] if isinstance(drafter, str)
+                                            and Path(drafter).is_dir() else [])
+        for picker, value in wanted:
+            if picker.value() != value:
+                picker.set_value(value)
+
     # ---- doctor -----------------------------------------------------------------------------
 
     def _changed(self) -> None:

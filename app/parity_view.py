@@ -45,11 +45,23 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
 
 
-def parity_mark(result: ParityDone, ar: RunRecord) -> str:
+def unfinished_headline(ar: RunRecord, dflash: Optional[RunRecord], differences: list[int]) -> str:
+    """An opened check that did not finish (no verdict in its file): what its runs' tokens show, without
+    AR's logit margin (that needs the model)."""
+    if dflash is None:
+        return "This check did not finish: its file holds the AR run only, so there is nothing to compare."
+    n = min(len(ar.tokens), len(dflash.tokens))
+    seen = (f"identical over the {n:,} tokens both runs wrote" if not differences else
+            f"outputs differ from token {differences[0]} (AR's logit margin there needs the model: run it again)")
+    return f"This check did not finish, so its file has no verdict: {seen}."
+
+
+def parity_mark(result: Optional[ParityDone], ar: RunRecord) -> str:
     """The Parity tab's mark: ✓ identical, ✗ a divergence at a clear margin, ≈ a near-tie flip,
     and ~ at T > 0, where two samples are compared only in distribution; – when Stop left nothing
-    to compare (a stopped comparison is marked by what the tokens both runs wrote show)."""
-    if result.cancelled and not result.compared:
+    to compare or a check did not finish (a stopped comparison is marked by what the tokens both
+    runs wrote show)."""
+    if result is None or (result.cancelled and not result.compared):
         return "–"
     temperature, dtype = run_conditions(ar)
     kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
@@ -96,14 +108,17 @@ class ParityView(QWidget):
             else:
                 view.refresh()
 
-    def show_result(self, result: ParityDone, ar: RunRecord, dflash: Optional[RunRecord]) -> None:
+    def show_result(self, result: Optional[ParityDone], ar: RunRecord, dflash: Optional[RunRecord]) -> None:
+        """A comparison's verdict, or (None: an opened check that did not finish) what its tokens show."""
         self.result = result
         self.show_runs(ar, dflash)
         a, b = ar.token_ids(), (dflash.token_ids() if dflash is not None else [])
-        if result.cancelled:  # a stopped run's missing tail is no difference
-            a, b = a[: result.compared], b[: result.compared]
+        if result is None or result.cancelled:  # a stopped run's missing tail is no difference
+            n = min(len(a), len(b))
+            a, b = a[:n], b[:n]
         self.differences = differing_tokens(a, b)
-        first = result.first_divergence
+        first = result.first_divergence if result is not None else (self.differences or [None])[0]
         self.ar.mark_tokens(self.differences, first)
         self.dflash.mark_tokens(self.differences, first)
-        self.headline.setText(headline(result, *run_conditions(ar)))
+        self.headline.setText(headline(result, *run_conditions(ar)) if result is not None
+                              else unfinished_headline(ar, dflash, self.differences))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
     QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
@@ -115,9 +116,20 @@ class PromptPanel(QGroupBox):
     def prompt(self) -> str:
         return self.editor.toPlainText()
 
-    def set_prompt(self, text: str) -> None:
-        if text != self.prompt():  # the same text again keeps the cursor and the undo history
+    def set_prompt(self, text: str, undoable: bool = True) -> None:
+        """Replace the prompt as one edit, so Ctrl+Z brings the text before it back (an opened trace,
+        the demo's sample after a load); the same text again keeps the cursor and the history.
+        `undoable=False`: the window's first text, with nothing before it to go back to."""
+        if text == self.prompt():
+            return
+        if not undoable:
             self.editor.setPlainText(text)
+            return
+        cursor = self.editor.textCursor()
+        cursor.select(QTextCursor.SelectionType.Document)
+        cursor.insertText(text)
+        cursor.movePosition(QTextCursor.MoveOperation.Start)
+        self.editor.setTextCursor(cursor)
 
     def mode(self) -> str:
         return next(k for k, b in self.mode_buttons.items() if b.isChecked())

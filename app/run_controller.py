@@ -79,6 +79,8 @@ class RunController(QObject):
         self.active = (job_id, job)
         self._throttle.reset()  # what the GUI did between jobs (clicks, the last run's plots) is not this job's
         self.w.statusBar().setToolTip("")  # the last run's line, until this one's
+        if self.loaded is not None:  # an opened trace showed the device it was made on
+            self.w.status_line.show_device(self.loaded.device)
         self.w.prompt.set_running(True)
         self.w.race_view.set_running(True)
         self.w.models.load_button.setEnabled(False)
@@ -194,15 +196,16 @@ class RunController(QObject):
         self.w.selector_view.update_run(self.rounds_run)
         if isinstance(opened, Comparison):
             self.w.show_parity(opened.parity, opened.ar, opened.dflash)
+        self.w.statusBar().setToolTip("")  # the last live run's line
         self.w.update_status()
 
     def shown(self) -> Optional[RunRecord | Comparison]:
         """What exports write: in a race, the method on show (the row picked, else the one running); a
-        finished Both run as the comparison it is (both runs and the verdict); otherwise the DFlash run
-        when there is one, else the last run."""
+        Both run as the comparison it is (both runs, and the verdict once there is one); otherwise the
+        DFlash run when there is one, else the last run."""
         if self.job_mode == "race":
             return self.current_run
-        if self.job_mode == "both" and self.parity is not None and "ar" in self.runs:
+        if self.job_mode == "both" and "ar" in self.runs:
             return Comparison(self.runs["ar"], self.runs.get("dflash"), self.parity)
         return self.runs.get("dflash") or self.current_run
 

@@ -66,7 +66,9 @@ class StatusLine:
             labels["tok/s"].setText(f"{shown.mode} tok/s: {tps:.1f}" if tps is not None else "tok/s: –")
         tau = run.tau
         labels["tau"].setText(f"τ: {tau:.2f}" if tau is not None else "τ: –")
-        labels["rounds"].setText(f"rounds: {len(run.rounds)}")
+        stats = run.stats  # as the engine counts them: auto's plain steps are no rounds (τ leaves them out)
+        plain = f" (+{stats.plain_steps} plain)" if stats.plain_steps else ""
+        labels["rounds"].setText(f"rounds: {stats.rounds}{plain}")
         labels["tokens"].setText(f"tokens: {len(shown.tokens)}")
         peak = shown.summary.peak_memory_mb if shown.summary else None
         labels["peak"].setText(f"peak: {peak:.0f} MB" if peak is not None else "peak: –")

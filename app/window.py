@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QTabWidget, Q
 
 from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
+from engine.safe_write import check_output
 from app import files, screen_fit
 from app.jobs import PairInfo, ParityDone
 from app.menus import build_menus
@@ -156,7 +157,7 @@ class MainWindow(QMainWindow):
         self.models.target.set_value(target)
         self.models.drafter.set_value(drafter)
         self.prompt.apply(s)
-        self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt)
+        self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt, undoable=False)
         screen_fit.place(self, s.window_geometry)  # fits the screen on a first launch, clamped after
         self.columns.fit(self.width(), self.height())  # sizes both splitters
         restore_splitters(s.splitters, self.columns.splits())
@@ -246,7 +247,7 @@ class MainWindow(QMainWindow):
             self.models.status.setText("no pair loaded")
             self.show_error("Could not load the pair", message)
 
-    def show_parity(self, parity: ParityDone, ar: RunRecord, dflash: Optional[RunRecord]) -> None:
+    def show_parity(self, parity: Optional[ParityDone], ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         self.parity_view.show_result(parity, ar, dflash)
         self.center_tabs.setTabText(1, f"Parity {parity_mark(parity, ar)}")
 
@@ -277,8 +278,8 @@ class MainWindow(QMainWindow):
         if run is None or (not run.finished and self.busy):
             self.show_error("Nothing to export", "run a prompt (and let it finish) or open a trace first.")
             return False
-        try:
-            fn(shown, path)
+        try:  # never over the trace on show: a Both run opened from it would lose what this export leaves out
+            fn(shown, check_output(path, f"the {what}", inputs=(self.controller.replaying,)))
         except DFlashError as exc:
             self.show_error(f"Could not export the {what}", str(exc))
             return False
@@ -316,8 +317,9 @@ class MainWindow(QMainWindow):
         run = self.controller.current_run
         if run.header is not None:
             self.prompt.apply_trace_header(run.header, run.table)
-            if isinstance(opened, files.Comparison):  # Run checks the same prompt again
+            if isinstance(opened, files.Comparison):  # Run checks the same prompt again, on the same pair
                 self.prompt.set_mode("both")
+            self.models.choose_pair_of(run.header)
             device = trace_device(run.header)
             if device is not None:
                 self.status_line.show_device(device)

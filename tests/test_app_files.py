@@ -4,6 +4,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
@@ -50,7 +51,8 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     for key in ("acceptance_length", "position_rate", "stack_draft", "stack_verify", "stack_rollback",
                 "tps_dflash"):
         np.testing.assert_allclose(again[key], live[key], err_msg=key)
-    assert w2.status_labels["rounds"].text() == f"rounds: {len(run.rounds)}"
+    assert w2.status_labels["rounds"].text() == w.status_labels["rounds"].text() == \
+        f"rounds: {run.stats.rounds}" + (f" (+{run.stats.plain_steps} plain)" if run.stats.plain_steps else "")
     # The prompt, its format, the settings and the device come from the trace's header.
     assert header["prompt"] == {"text": w.prompt.prompt(), "format": "raw"}
     assert w2.prompt.prompt() == w.prompt.prompt() and w2.prompt.format.currentData() == "raw"
@@ -158,3 +160,109 @@ def test_a_trace_of_the_drafters_own_block_reopens_as_drafters(qtbot, make_windo
     w2.prompt.block_size.setValue(3)
     assert w2.open_trace(tmp_path / "run.jsonl")
     assert w2.prompt.block_size.value() == 0 and w2.prompt.block_size.text() == "drafter's"
+
+
+def parity_trace(dirs, path, *extra):
+    from app.cli import main as cli
+
+    assert cli(["parity", "--target", str(dirs[0]), "--drafter", str(dirs[1]), "--prompt", PROMPTS[0], "--raw",
+                "--max-tokens", "24", "--block-size", "4", "--trace", str(path), *extra]) == 0
+    return path
+
+
+def test_an_unfinished_parity_check_opens_with_both_runs_and_no_verdict(make_window, qwen3_tied_dirs, tmp_path,
+                                                                         capsys):
+    """A check cut short (Ctrl-C, a crash: no verdict, DFlash's run unfinished) shows both runs side by side
+    and says what is missing; exported again it is the same file, and the open file is never written over."""
+    from engine.tools.trace import read_runs
+
+    whole = parity_trace(qwen3_tied_dirs, tmp_path / "whole.jsonl")
+    capsys.readouterr()
+    lines = whole.read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:-2]))  # no verdict, no DFlash summary
+    w = make_window()
+    assert w.open_trace(cut) and w.errors == []
+    ar, dflash = w.controller.runs["ar"], w.controller.runs["dflash"]
+    assert ar.summary is not None and dflash.summary is None and dflash.tokens
+    assert w.center_tabs.currentWidget() is w.parity_view and w.center_tabs.tabText(1) == "Parity –"
+    assert w.parity_view.ar.plain_text() == ar.summary.text and w.parity_view.dflash.plain_text() == dflash.text
+    assert w.parity_view.headline.text().startswith("This check did not finish, so its file has no verdict: "
+                                                    f"identical over the {len(dflash.tokens)} tokens")
+    assert w.notices[-1].startswith("cut.jsonl: its DFlash run ends after")
+    assert w.prompt.mode() == "both"
+    again = tmp_path / "again.jsonl"
+    assert w.export_trace(again) and again.read_text() == cut.read_text()
+    assert read_runs(again).parity is None
+    assert not w.export_trace(cut) and "input" in w.errors[-1] and cut.read_text() == "".join(lines[:-2])
+
+    # Only the AR run (Stop came before DFlash started, the verdict lost with it): said so.
+    ar_only = tmp_path / "ar-only.jsonl"
+    first_dflash = next(i for i, line in enumerate(lines) if '"mode": "dflash"' in line and '"header"' in line)
+    ar_only.write_text("".join(lines[:first_dflash]))
+    assert w.open_trace(ar_only)
+    assert "dflash" not in w.controller.runs and w.parity_view.headline.text().startswith(
+        "This check did not finish: its file holds the AR run only")
+    assert w.notices[-1] == "ar-only.jsonl: this parity check did not finish, so the file has no verdict and no " \
+                            "DFlash run."
+
+
+def test_a_parity_record_that_contradicts_its_runs_is_refused(qwen3_tied_dirs, tmp_path, capsys):
+    from engine.errors import DFlashError
+    from engine.tools.trace import read_runs
+
+    path = parity_trace(qwen3_tied_dirs, tmp_path / "check.jsonl", "--temperature", "1", "--seed", "3")
+    capsys.readouterr()
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[-1])
+    for field, value in (("first_divergence", 999), ("identical", not record["identical"]),
+                         ("compared", record["compared"] + 1)):
+        bad = tmp_path / f"bad-{field}.jsonl"
+        bad.write_text("\n".join(lines[:-1] + [json.dumps({**record, field: value})]) + "\n")
+        with pytest.raises(DFlashError, match=f"does not match its runs: '{field}'"):
+            read_runs(bad)
+
+
+def test_opening_a_trace_is_one_undoable_edit_and_picks_its_pair(qtbot, make_window, qwen3_tied_dirs, tmp_path,
+                                                                 capsys):
+    """The prompt the user typed comes back with Ctrl+Z; the pickers hold the pair the trace was made with."""
+    path = parity_trace(qwen3_tied_dirs, tmp_path / "check.jsonl")
+    capsys.readouterr()
+    w = make_window()
+    w.prompt.editor.setFocus()
+    w.prompt.set_prompt("my own long prompt")
+    assert w.models.target_value() != str(qwen3_tied_dirs[0])
+    assert w.open_trace(path)
+    assert w.prompt.prompt() == PROMPTS[0]
+    assert (w.models.target_value(), w.models.drafter_value()) == tuple(map(str, qwen3_tied_dirs))
+    w.prompt.editor.undo()
+    assert w.prompt.prompt() == "my own long prompt"
+
+
+def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    """A trace made on a Mac says so while it is on show; the next run here says where it ran, and the
+    status line counts rounds as the engine does (auto's plain steps apart)."""
+    w = finished_run(qtbot, make_window, qwen3_tied_dirs)
+    here = w.status_labels["device"].text()
+    path = tmp_path / "mac.jsonl"
+    assert w.export_trace(path)
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "device": "gpu (Darwin arm64, blas: accelerate)"})
+    path.write_text("\n".join(lines) + "\n")
+    assert w.open_trace(path)
+    assert w.status_labels["device"].text() == "device: gpu (Darwin arm64, blas: accelerate)"
+    assert w.statusBar().toolTip() == ""
+    run_and_wait(qtbot, w)
+    assert w.status_labels["device"].text() == here
+    stats = w.rounds_run.stats
+    plain = f" (+{stats.plain_steps} plain)" if stats.plain_steps else ""
+    assert w.status_labels["rounds"].text() == f"rounds: {stats.rounds}{plain}"
+
+
+def test_gui_screenshot_never_lands_on_the_trace_it_shows(qwen3_tied_dirs, tmp_path, capsys):
+    from app.cli import main as cli
+
+    path = parity_trace(qwen3_tied_dirs, tmp_path / "check.jsonl")
+    before = path.read_bytes()
+    assert cli(["gui", str(path), "--screenshot", str(path)]) == 2
+    assert "input" in capsys.readouterr().err and path.read_bytes() == before

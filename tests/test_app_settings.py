@@ -153,6 +153,13 @@ def test_hf_cache_models_listed_and_drafters_matched(qtbot, make_window, qwen3_t
     marks = w.models.drafter.marks()
     assert "✓" in marks[str(good)] and "✗" in marks[str(bad)] and "target_layer_ids" in marks[str(bad)]
 
+    # Once loaded (the pair becomes a recent one), the cache's models keep their names, not their paths.
+    w.settings.remember(str(target), str(good))
+    w.model_lists.refresh()
+    labels = {e.value: e.label for e in w.models.target.entries + w.models.drafter.entries}
+    assert labels[str(target)] == "org/tiny-target (HF cache)" and labels[str(good)] == "org/tiny-drafter (HF cache)"
+    assert w.models.target.combo.findText(str(target)) == -1
+
 
 def drop(window, folder):
     mime = QMimeData()

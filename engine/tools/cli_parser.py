@@ -140,7 +140,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     c.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="convert a trace")
-    e.add_argument("trace", help="a dflash-trace/1 JSONL file")
+    e.add_argument("trace", help="a trace: one run (dflash-trace/1) or a parity check (dflash-trace/2)")
     e.add_argument("--chrome", required=True, help="write Chrome trace JSON (Perfetto) here")
 
     m = sub.add_parser("demo", help="parity on the demo pair (a tiny pair is built if none is installed)")

@@ -3,7 +3,8 @@
 A trace of one run is schema dflash-trace/1: its header line, then its rounds, text and summary.
 A parity check (the window's Both mode, `parity --trace`) is schema dflash-trace/2: the AR run
 (header line, then its records), the DFlash run the same way, then one "parity" record, the
-comparison's verdict. Readers of /1 refuse /2 by its schema instead of mixing the two runs.
+comparison's verdict (none when the check did not finish). A reader that knows only /1 refuses /2
+by its schema instead of mixing the two runs.
 """
 
 from __future__ import annotations
@@ -209,15 +210,18 @@ def read_runs(path: str | Path) -> TraceFile:
     trace = TraceFile([])
     for n, record in enumerate(records, 1):  # every record a reader will use, checked once here
         kind = record.get("type")
-        if trace.parity is not None:
-            raise DFlashError(f"{path}: line {n}: a record after the parity record; the trace is damaged.")
+        if trace.parity is not None and (kind == "header" or kind in EVENT_TYPES):
+            raise DFlashError(f"{path}: line {n}: a run's record after the parity record; the trace is damaged.")
         if kind == "header":
             if trace.runs and schema == SCHEMA:
                 raise DFlashError(f"{path}: line {n}: a second run in a {SCHEMA} trace (one run); the trace is "
                                   "damaged.")
             _check_header(path, n, record, schema)
             trace.runs.append(TraceRun(record))
-        elif kind == "parity" and schema == RUNS_SCHEMA:
+        elif kind == "parity":
+            if schema == SCHEMA:
+                raise DFlashError(f"{path}: line {n}: a parity record in a {SCHEMA} trace (one run); the trace is "
+                                  "damaged.")
             _check_parity(path, n, record)
             trace.parity = record
         else:
@@ -227,11 +231,48 @@ def read_runs(path: str | Path) -> TraceFile:
                 except ValueError as exc:
                     raise DFlashError(f"{path}: line {n}: {exc}; the trace is damaged.") from None
             trace.runs[-1].records.append(record)
+    if schema == RUNS_SCHEMA:
+        _check_comparison(path, trace)
     return trace
 
 
+def run_tokens(run: TraceRun) -> list[int]:
+    """The token ids a run wrote: its summary's, or as its text records streamed them (a run cut short
+    has no summary)."""
+    summary = next((r for r in run.records if r.get("type") == "summary"), None)
+    if summary is not None:
+        return list(summary.get("token_ids") or [])
+    return [t for r in run.records if r.get("type") == "text" for t in r.get("token_ids") or []]
+
+
+def _check_comparison(path, trace: TraceFile) -> None:
+    """A parity trace holds AR's run then (unless Stop ended AR's) DFlash's, and its verdict agrees with
+    their tokens: whether they match, where they part, how many were compared (a stopped check: the
+    tokens both wrote). Only AR's logit margin there cannot be checked without the model."""
+    from engine.tools.parity import first_divergence
+
+    modes = [r.header.get("mode") for r in trace.runs]
+    if modes not in (["ar"], ["ar", "dflash"]):
+        raise DFlashError(f"{path}: a parity trace holds an AR run and then a DFlash run, not "
+                          f"{' then '.join(map(str, modes))}; the trace is damaged.")
+    p = trace.parity
+    if p is None:
+        return
+    a = run_tokens(trace.runs[0])
+    b = run_tokens(trace.runs[1]) if len(trace.runs) > 1 else []
+    stopped = p["cancelled"] or len(trace.runs) == 1
+    n = min(len(a), len(b)) if stopped else max(len(a), len(b))
+    where = first_divergence(a[:n], b[:n]) if stopped else first_divergence(a, b)
+    seen = {"identical": where is None, "first_divergence": where, "compared": n, "cancelled": stopped}
+    wrong = [f"'{k}' {p[k]!r} (the runs' tokens say {v!r})" for k, v in seen.items() if p[k] != v]
+    if wrong:
+        raise DFlashError(f"{path}: the parity record does not match its runs: {', '.join(wrong)}; the trace is "
+                          "damaged.")
+
+
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, records) of the run a trace shows: its only run, or a parity check's DFlash run."""
+    """(header, records) of the run a trace shows: its only run, or a parity check's last (its DFlash
+    run, or its AR run when Stop ended the check there)."""
     run = read_runs(path).shown
     return run.header, run.records
 
