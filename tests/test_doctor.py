@@ -67,6 +67,16 @@ def test_target_config_missing(pair_copy):
     assert str(target / "config.json") in msg
 
 
+def test_target_without_a_tokenizer(pair_copy):
+    """Its weights load, then the tokenizer fails with a cut-off transformers message: the doctor says it first."""
+    target, drafter = pair_copy
+    for f in target.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens")):
+            f.unlink()
+    msg = problem(target, drafter)
+    assert str(target) in msg and "no tokenizer" in msg
+
+
 def test_rope_theta_absent_everywhere(pair_copy):
     target, drafter = pair_copy
 

@@ -135,6 +135,33 @@ def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, cor
     # A drafter train-drafter finished is the user's now: a new run does not replace it silently.
     line = _refused(_train(target, corpus_dir, copy, "--lr", "1e-3"), capsys, copy)
     assert "made before" in line and "--force" in line and "--resume" in line
+    # ... and --force does: over its checkpoint too (it had nowhere to go but a hand-deleted folder).
+    assert cli(_train(target, corpus_dir, copy, "--lr", "1e-3", "--force")) == 0
+    assert json.loads((copy / "train_drafter.json").read_text())["settings"]["lr"] == 1e-3
+    capsys.readouterr()
+
+
+def test_force_over_a_sharded_model_leaves_no_shard_beside_the_drafter(qwen3_tied_dirs, corpus_dir, tmp_path,
+                                                                       capsys):
+    """A sharded model replaced with --force: its shards and index would be read with the new weights."""
+    import mlx.core as mx
+
+    target, drafter = qwen3_tied_dirs
+    sharded = tmp_path / "sharded"
+    shutil.copytree(drafter, sharded)
+    weights = mx.load(str(sharded / "model.safetensors"))
+    (sharded / "model.safetensors").unlink()
+    names = sorted(weights)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in halves.items():
+        mx.save_safetensors(str(sharded / file), {k: weights[k] for k in keys})
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: file for file, keys in halves.items() for k in keys}}))
+    assert cli(["doctor", "--target", str(target), "--drafter", str(sharded)]) == 0
+    assert cli(_train(target, corpus_dir, sharded, "--force")) == 0
+    assert sorted(f.name for f in sharded.glob("*.safetensors*")) == ["model.safetensors"]
+    assert cli(["doctor", "--target", str(target), "--drafter", str(sharded)]) == 0
+    capsys.readouterr()
 
 
 def test_a_crash_mid_checkpoint_resumes_from_the_saved_step(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):

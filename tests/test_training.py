@@ -84,6 +84,36 @@ def test_resume_refuses_other_settings(qwen3_tied_dirs, corpus_dir, tmp_path):
         other.resume()
 
 
+def test_resume_refuses_other_text(qwen3_tied_dirs, corpus_dir, tmp_path):
+    """A checkpoint resumed on other text would mix two runs without a word."""
+    t = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", SMALL)
+    t.run(checkpoint_every=3, should_stop=lambda: t.step >= 3)
+    pair = load_pair(qwen3_tied_dirs[0], None)
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    other = DrafterTrainer(pair, tokens[:-7], tmp_path / "c", SMALL)
+    with pytest.raises(DFlashError, match="trained on other text"):
+        other.resume()
+    assert make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", SMALL).resume()
+
+
+def test_sigterm_saves_a_checkpoint_as_ctrl_c_does(qwen3_tied_dirs, corpus_dir, tmp_path):
+    """A closed terminal (SIGHUP) or a kill (SIGTERM) ends training after the step, with a checkpoint."""
+    import os
+    import signal
+
+    t = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "k", SMALL)
+    before = signal.getsignal(signal.SIGTERM)
+
+    def kill_at_two(step, loss):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(KeyboardInterrupt):
+        t.run(checkpoint_every=100, on_step=kill_at_two)
+    assert json.loads((tmp_path / "k" / "checkpoint" / "state.json").read_text())["step"] == 2
+    assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
+
+
 def test_cli_trains_a_drafter_that_passes_doctor_and_runs(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     out = tmp_path / "drafter"
     code = cli(["train-drafter", "--target", str(qwen3_tied_dirs[0]), "--data", str(corpus_dir),
@@ -92,7 +122,24 @@ def test_cli_trains_a_drafter_that_passes_doctor_and_runs(qwen3_tied_dirs, corpu
     assert code == 0
     config = json.loads((out / "config.json").read_text())
     assert config["dflash_config"]["block_size"] == 8 and config["block_size"] == 8
+    record = json.loads((out / "train_drafter.json").read_text())
+    assert record["final"]["step"] == 4 and record["data"]["train_tokens"] > 0
+    printed = capsys.readouterr()
+    assert "Token indices sequence length" not in printed.err  # the corpus is one long text: no windows run whole
+    # steps 2 and 4: an eval line names a checkpoint only where one was written
+    assert (printed.out + printed.err).count("(checkpoint in") == 2
     assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(out)]) == 0
+    # 4 steps on a small corpus: too few for DFlash to pay, and the doctor says so
+    assert record["final"]["tau_estimate"] < 2 and "barely trained" in capsys.readouterr().out
+    # bench says when almost nothing was accepted (the table's speedups are then not the drafter's doing)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPTS[0]}) + "\n")
+    bench = ["bench", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(out), "--prompts", str(prompts),
+             "--max-tokens", "12", "--block-size", "4", "--raw"]
+    assert cli(bench + ["--json"]) == 0
+    tau = json.loads(capsys.readouterr().out)["mean_acceptance_length"]
+    assert cli(bench) == 0
+    assert ("almost no drafts were accepted" in capsys.readouterr().out) == (tau < 1.05)
     assert cli(["train-drafter", "--target", str(qwen3_tied_dirs[0]), "--data", str(corpus_dir),
                 "--out", str(out), "--steps", "4"]) == 2
     assert "--resume" in capsys.readouterr().err
@@ -308,6 +355,11 @@ def test_cli_fine_tunes_on_prompts_shaped_like_use(qwen3_tied_dirs, corpus_dir, 
     assert "--layers cannot be combined with --init" in capsys.readouterr().err
     assert cli(args + ["--distill-prompts", str(prompts), "--distill-new-tokens", "12"]) == 0
     written = np.load(out / "distill_prompts.npy")
+    pair = load_pair(target, None)
+    corpus = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    # the continuations are added to the corpus (they replaced it, silently: 182 tokens to train on)
+    assert f"training text: --data ({len(corpus):,} tokens) + the target's continuations of {len(PROMPTS)} " \
+           f"--distill-prompts ({len(written):,} tokens)" in capsys.readouterr().err
     assert len(_rows(written, load_pair(target, None).tokenizer.eos_token_id)) == len(PROMPTS)
     assert json.loads((out / "config.json").read_text()) == json.loads((drafter / "config.json").read_text())
     assert cli(["doctor", "--target", str(target), "--drafter", str(out)]) == 0

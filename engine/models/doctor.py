@@ -88,11 +88,25 @@ def check_target_files(path: Path) -> dict[str, Any]:
     if not weights:
         raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")
     check_shards_present(path)
+    check_tokenizer_present(path)
     shapes = {}
     for w in weights:
         shapes.update({name: (shape, w.name) for name, shape in read_tensor_shapes(w).items()})
     check_config_against_weights(path / "config.json", dims, shapes)
     return dims
+
+
+# Files a tokenizer is read from (one is enough): Hugging Face's fast and slow tokenizers, SentencePiece,
+# tiktoken. A model folder with none of them loads its weights and then fails in the tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "sentencepiece.bpe.model")
+
+
+def check_tokenizer_present(path: Path) -> None:
+    if any((path / name).is_file() for name in TOKENIZER_FILES) or any(path.glob("*.tiktoken")):
+        return
+    raise DFlashError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); the target cannot read a "
+                      "prompt. Copy its tokenizer files into the folder, or download the model again.")
 
 
 def check_shards_present(path: Path) -> None:
@@ -174,6 +188,28 @@ def trained_for(drafter_path: Path, target_path: Path) -> Optional[str]:
             "accepted (outputs stay exact).")
 
 
+# A round costs one and a half to two AR steps on the demo pairs: a drafter whose rounds commit fewer
+# tokens than this (its held-out tau estimate, bonus counted) makes decoding slower, whatever its block.
+BARELY_TRAINED_TAU = 2.0
+
+
+def barely_trained(drafter_path: Path) -> Optional[str]:
+    """A warning when train-drafter's record says its last held-out tau estimate is too low for DFlash to
+    pay (a few steps on little text): so a user does not read its bench noise as its worth."""
+    from engine.models.checkpoint import MADE_BY_FILE
+
+    try:
+        final = json.loads((drafter_path / MADE_BY_FILE).read_text()).get("final") or {}
+        tau, step = float(final["tau_estimate"]), int(final["step"])
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+    if tau >= BARELY_TRAINED_TAU:
+        return None
+    return (f"{drafter_path.name} is barely trained: after {step:,} steps its held-out tau estimate is {tau:.2f} "
+            f"({MADE_BY_FILE}), below the ~{BARELY_TRAINED_TAU:g} where DFlash starts to pay; expect few drafts "
+            "accepted and a run slower than AR. Train it longer: train-drafter --init it --out another folder.")
+
+
 def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,
                kernels: bool = True, progress: Optional[Progress] = None,
                should_cancel: Callable[[], bool] = lambda: False) -> DoctorReport:
@@ -216,9 +252,9 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             report.problems.append(str(exc))
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
-            other = trained_for(drafter_path, target_path)
-            if other is not None:
-                report.warnings.append(other)
+            for warning in (trained_for(drafter_path, target_path), barely_trained(drafter_path)):
+                if warning is not None:
+                    report.warnings.append(warning)
     if dims is not None:
         from engine.models.gdn_tape import HYBRID_MODEL_TYPES, rollback_fact
 

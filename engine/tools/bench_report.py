@@ -42,6 +42,10 @@ def below_ar(drafted: list[dict]) -> str:
     return said + (f" ({within} of them at or above AR in a repeat: within the run-to-run spread)" if within else "")
 
 
+# Mean acceptance length (bonus counted) below which a run's drafts were almost never accepted.
+NOTHING_ACCEPTED_TAU = 1.05
+
+
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
     spread = any(r.get("speedup_range") for r in result["per_prompt"])
@@ -51,7 +55,8 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
         label = row["prompt"].replace("\n", "\\n")[:30]
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
-            f"{row[c]:>14.3f}" if row[c] is not None and decoded(row) else "-".rjust(14) for c in cols[1:])
+            f"{row[c]:>14.{1 if c == 'dflash_tok_s' else 3}f}" if row[c] is not None and decoded(row) else "-".rjust(14)
+            for c in cols[1:])
             + _range_cell(row))
     _say_no_rounds(result["per_prompt"])
     drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
@@ -60,6 +65,12 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
         tau = worst["mean_acceptance_length"]  # None when no round drafted (block size 1, auto gone plain)
         print(f"worst prompt: {worst['speedup']:.2f}x" + (f" (tau {tau:.2f})" if tau is not None else "")
               + f" {worst['prompt'][:40]!r}; {below_ar(drafted)}")
+    tau = result["mean_acceptance_length"]
+    if tau is not None and tau < NOTHING_ACCEPTED_TAU:
+        print(f"note: almost no drafts were accepted (tau {tau:.2f}): this drafter does not help this target on "
+              "these prompts; where DFlash's speed differs from AR's it is the cost of rounds that commit one token "
+              "and run-to-run noise, not its drafts (doctor says how long it was trained, where train-drafter "
+              "made it).")
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
@@ -131,6 +142,8 @@ def print_block_sizes(result: dict) -> None:
         speedup = f"{o['speedup']:10.2f}" if o["speedup"] is not None else "-".rjust(10)
         print(f"{n:>12}{speedup}{pred}{err}{tau}  {o['identical']}")
     if result["advice"]:
+        best = result["advice"]["best"]
         print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "
-              f"best fixed size: {result['advice']['best']}")
+              f"best fixed size: {best}" + (" (plain decoding: no block size pays with this drafter)" if best == 1
+                                              else ""))
     print("every size ran the drafter alone (lookup off)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -72,15 +73,20 @@ def _distilled(pair, tokens, out: Path, args: argparse.Namespace):
     from engine.decode.prompts import encode_prompt
     from engine.training.distill import cached_continuations, cached_prompt_continuations
 
-    parts = []
+    parts = []  # (what, tokens): --distill's continuations replace the corpus; --distill-prompts' add to it
     if args.distill:
-        parts.append(_with_bar(args.distill, lambda progress: cached_continuations(
-            pair, tokens, out / DISTILL_FILE, args.distill, args.distill_new_tokens, args.seed, progress)))
+        parts.append((f"the target's continuations of {args.distill:,} windows of --data", _with_bar(
+            args.distill, lambda progress: cached_continuations(
+                pair, tokens, out / DISTILL_FILE, args.distill, args.distill_new_tokens, args.seed, progress))))
+    else:
+        parts.append(("--data", tokens))
     if args.distill_prompts:
         prompts = [encode_prompt(pair.tokenizer, text) for text in load_prompts(args.distill_prompts)]
-        parts.append(_with_bar(len(prompts), lambda progress: cached_prompt_continuations(
-            pair, prompts, out / DISTILL_PROMPTS_FILE, args.distill_new_tokens, progress)))
-    return np.concatenate(parts)
+        parts.append((f"the target's continuations of {len(prompts):,} --distill-prompts", _with_bar(
+            len(prompts), lambda progress: cached_prompt_continuations(
+                pair, prompts, out / DISTILL_PROMPTS_FILE, args.distill_new_tokens, progress))))
+    print("training text: " + " + ".join(f"{what} ({len(part):,} tokens)" for what, part in parts), file=sys.stderr)
+    return np.concatenate([part for _, part in parts])
 
 
 def _with_bar(total: int, make):
@@ -90,7 +96,10 @@ def _with_bar(total: int, make):
     try:
         return make(lambda done, _total: bar.update(done - bar.n))
     except KeyboardInterrupt:
-        raise DFlashError("interrupted while the target was writing the training text; nothing was trained yet.") from None
+        bar.close()
+        print("\ninterrupted while the target was writing the training text; nothing was trained yet (that text "
+              "is kept only once it is whole).", file=sys.stderr)
+        raise
     finally:
         bar.close()
 
@@ -157,9 +166,14 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     _check_numbers(args)
     _check_out(args)
     out = Path(args.out)
-    if any((out / name).exists() for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", CHECKPOINT_DIR + ".tmp")) \
-            and not args.resume:
-        raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue it, or choose another --out.")
+    leftovers = [out / name for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", CHECKPOINT_DIR + ".tmp")
+                 if (out / name).exists()]
+    if leftovers and not args.resume:
+        if not args.force:
+            raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue that run, --force to start "
+                              "anew over it, or choose another --out.")
+        for folder in leftovers:  # train-drafter's own checkpoints: --force starts anew
+            shutil.rmtree(folder)
     if args.init:
         given = [flag for flag, value in (("--layers", args.layers), ("--block-size", args.block_size),
                                           ("--taps", args.taps), ("--intermediate-size", args.intermediate_size))
@@ -199,8 +213,9 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         bar.update(1)
 
     def on_eval(record: dict) -> None:
+        saved = record["step"] % args.checkpoint_every == 0 or record["step"] == settings.steps
         bar.write(f"step {record['step']}: train {record['train_loss']:.3f}  held-out {record['eval_loss']:.3f}  "
-                  f"tau~{record['tau_estimate']:.2f}  (checkpoint in {out / CHECKPOINT_DIR})")
+                  f"tau~{record['tau_estimate']:.2f}" + (f"  (checkpoint in {out / CHECKPOINT_DIR})" if saved else ""))
 
     try:
         trainer.run(args.checkpoint_every, on_step, on_eval)

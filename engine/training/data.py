@@ -40,9 +40,17 @@ def read_texts(specs: list[str]) -> list[str]:
 
 
 def token_stream(tokenizer, texts: list[str], eos_id: int) -> np.ndarray:
-    """All texts tokenized and joined by EOS, as int32."""
+    """All texts tokenized and joined by EOS, as int32. transformers' warning that a text is longer
+    than the model's context is held back: the stream is cut into --seq-len windows, never run whole."""
+    from transformers.utils import logging as hf_logging
+
     ids: list[int] = []
-    for text in texts:
-        ids.extend(tokenizer.encode(text, add_special_tokens=False))
-        ids.append(eos_id)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        for text in texts:
+            ids.extend(tokenizer.encode(text, add_special_tokens=False))
+            ids.append(eos_id)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return np.asarray(ids, dtype=np.int32)

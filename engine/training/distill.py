@@ -21,6 +21,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from engine.models.checkpoint import target_fingerprint
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
+from engine.safe_write import replace_with, temporary_name, write_atomic
 
 PROMPT_LENS = (8, 64)  # shortest and longest prompt cut from the data, in tokens
 DISTILL_BATCH = 128  # rows per batched decode: big enough for BLAS to pay, small enough for any target cache
@@ -131,8 +132,10 @@ def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.
             pass  # unreadable cache: generate again
     stream = make()
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    np.save(cache_file, stream)
-    meta_file.write_text(json.dumps(meta))
+    tmp = temporary_name(cache_file, ".npy")  # np.save adds .npy to any other name
+    np.save(tmp, stream)
+    replace_with(tmp, cache_file)  # the stream whole before its description says it is there
+    write_atomic(meta_file, json.dumps(meta), "the training text's description")
     return stream
 
 

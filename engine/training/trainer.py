@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import threading
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional
@@ -59,6 +60,14 @@ def _sync(folder: Path) -> None:
 CHECKPOINT_DIR = "checkpoint"
 
 
+def _crc32(*arrays: np.ndarray) -> int:
+    """A checksum of the training text (tokens as int32), to tell a resume on other text."""
+    crc = 0
+    for a in arrays:
+        crc = zlib.crc32(np.ascontiguousarray(a, dtype=np.int32).tobytes(), crc)
+    return crc
+
+
 class DrafterTrainer:
     def __init__(
         self,
@@ -90,6 +99,10 @@ class DrafterTrainer:
             raise DFlashError("--seq-len must exceed --block-size, and --anchors, --batch, --steps, --layers must be >= 1.")
         self.train_tokens = tokens[: len(tokens) - n_eval]
         self.eval_tokens = eval_tokens if eval_tokens is not None else tokens[len(tokens) - n_eval :]
+        # what a checkpoint was trained on: a resume on other text (or for another target) is refused
+        self.data = {"train_tokens": int(len(self.train_tokens)), "held_out_tokens": int(len(self.eval_tokens)),
+                     "crc32": _crc32(self.train_tokens, self.eval_tokens),
+                     "target_fingerprint": target_fingerprint(pair.target_path)}
         mx.random.seed(s.seed)
         if initial is not None:
             self.raw_config, self.drafter = initial_config, initial
@@ -234,10 +247,17 @@ class DrafterTrainer:
         replace_with(tmp, folder / "model.safetensors")
         write_atomic(folder / "config.json", json.dumps(self.raw_config, indent=2), "the drafter config")
         if folder == self.out:
+            # a model --force replaced may have been sharded: its shards and index would be read beside ours
+            for stale in [*folder.glob("model-*-of-*.safetensors"), *folder.glob("*.safetensors.index.json")]:
+                stale.unlink()
             made_for = {"name": model_name(self.pair.target_path), "fingerprint": target_fingerprint(self.pair.target_path)}
-            write_atomic(folder / MADE_BY_FILE, json.dumps({"made_by": "dflash-playground train-drafter",
-                                                            "target": made_for,  # the doctor names a mismatch
-                                                            "settings": asdict(self.s)}, indent=2))
+            write_atomic(folder / MADE_BY_FILE, json.dumps({
+                "made_by": "dflash-playground train-drafter",
+                "target": made_for,  # the doctor names a mismatch
+                "settings": asdict(self.s),
+                "data": {k: v for k, v in self.data.items() if k != "target_fingerprint"},
+                "final": self.history[-1] if self.history else None,  # the doctor says when it is barely trained
+            }, indent=2), "the training record")
 
     def save_checkpoint(self) -> Path:
         ckpt = self.checkpoint_dir
@@ -247,7 +267,7 @@ class DrafterTrainer:
         tmp.mkdir(parents=True, exist_ok=True)
         self.save_drafter(tmp)
         mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(self.optimizer.state)))
-        state = {"step": self.step, "settings": asdict(self.s), "history": self.history}
+        state = {"step": self.step, "settings": asdict(self.s), "history": self.history, "data": self.data}
         (tmp / "state.json").write_text(json.dumps(state, indent=2))
         _sync(tmp)  # on disk before the swap: a power loss cannot leave an empty checkpoint
         old = ckpt.with_name(ckpt.name + ".old")
@@ -290,6 +310,13 @@ class DrafterTrainer:
                     f"{ckpt / 'state.json'}: the checkpoint was made with {key}={was}, "
                     f"not {getattr(self.s, key)}; resume with the same settings or use a new --out."
                 )
+        data = state.get("data")  # checkpoints from before it was kept: not checked
+        if isinstance(data, dict) and data != self.data:
+            what = "for another target" if data.get("target_fingerprint") != self.data["target_fingerprint"] else \
+                f"on other text ({data.get('train_tokens')} training tokens, not {self.data['train_tokens']})" \
+                if data.get("train_tokens") != self.data["train_tokens"] else "on other text (same length)"
+            raise DFlashError(f"{ckpt / 'state.json'}: the checkpoint was trained {what}; resume with the same "
+                              "--target, --data and distillation settings, or use a new --out.")
         self.drafter.load_weights([(canonical_name(k), v) for k, v in mx.load(str(ckpt / "model.safetensors")).items()])
         self.optimizer.state = tree_unflatten(list(mx.load(str(ckpt / "optimizer.safetensors")).items()))
         self.step = state["step"]
@@ -305,13 +332,16 @@ class DrafterTrainer:
     ) -> None:
         """Train to `steps`, checkpointing as it goes; an interruption saves before it propagates.
 
-        Ctrl-C is held back while a step runs (a step cut between its update and its count would be
+        Ctrl-C (and SIGTERM, SIGHUP) is held back while a step runs (a step cut between its update and its count would be
         saved under the previous step number and applied twice on resume): it ends the run after
         the step, with a checkpoint of a consistent state."""
         interrupted = []
-        restore = None
-        if threading.current_thread() is threading.main_thread():
-            restore = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+        restore = {}
+        if threading.current_thread() is threading.main_thread():  # a closed terminal or a kill saves as Ctrl-C does
+            for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+                if hasattr(signal, name):
+                    number = getattr(signal, name)
+                    restore[number] = signal.signal(number, lambda signum, frame: interrupted.append(signum))
         try:
             while self.step < self.s.steps and not should_stop():
                 if interrupted:
@@ -330,7 +360,7 @@ class DrafterTrainer:
             self.save_checkpoint()
             raise
         finally:
-            if restore is not None:
-                signal.signal(signal.SIGINT, restore)
+            for number, handler in restore.items():
+                signal.signal(number, handler)
         self.save_checkpoint()
         self.save_drafter(self.out)
