@@ -13,6 +13,7 @@ from typing import Optional
 
 from engine import json_text
 from engine.models.demo import demo_pairs
+from engine.safe_write import hf_snapshot_of
 
 TARGET, DRAFTER = "target", "drafter"
 
@@ -85,11 +86,10 @@ def cache_label(value: str) -> Optional[str]:
     """"org/name (HF cache)" for a folder that is a snapshot in a Hugging Face cache
     (.../models--org--name/snapshots/<revision>), else None: a recent model loaded from the cache keeps
     the name the cache listing gave it instead of a 100-character path."""
-    parts = Path(value).parts
-    for i, part in enumerate(parts[:-2]):
-        if part.startswith("models--") and parts[i + 1] == "snapshots" and len(parts) == i + 3:
-            return f"{part[len('models--'):].replace('--', '/')} (HF cache)"
-    return None
+    folder = Path(value).absolute()
+    if hf_snapshot_of(folder / "config.json") != folder:
+        return None
+    return f"{folder.parent.parent.name[len('models--'):].replace('--', '/')} (HF cache)"
 
 
 def recent_entries(values: list[str], role: str) -> list[ModelEntry]:

@@ -43,6 +43,15 @@ def model_file(path: Path) -> bool:
     return any(fnmatch.fnmatch(path.name, pattern) for pattern in MODEL_FILES) and model_folder(path.parent)
 
 
+def hf_snapshot_of(path: Path) -> Optional[Path]:
+    """The Hugging Face cache snapshot folder (.../models--org--name/snapshots/<revision>) `path` lies in, if any."""
+    parts = path.absolute().parts
+    for i in range(len(parts) - 3):
+        if parts[i].startswith("models--") and parts[i + 1] == "snapshots":
+            return Path(*parts[: i + 3])
+    return None
+
+
 def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Path]] = ()) -> Path:
     """The path, once it is known to be writable as `what` without touching any of `inputs`, a
     model's files, or anything that is not a plain file. A link is written through (the file it
@@ -58,6 +67,10 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
                               "another file.")
     if path.is_symlink():
         path = path.resolve()
+    cache = hf_snapshot_of(path)
+    if cache is not None:
+        raise DFlashError(f"{path}: is inside {cache}, a model's snapshot in the Hugging Face cache, which only the "
+                          f"cache may change; write {what} elsewhere.")
     for given in inputs:
         if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
             raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")

@@ -42,8 +42,20 @@ def test_hf_id_missing_offline_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     with pytest.raises(CheckpointError, match="not found in the Hugging Face cache"):
         resolve_model_path("nobody/nothing", download=False)
-    with pytest.raises(CheckpointError, match="could not download"):
+    with pytest.raises(CheckpointError, match="not in the Hugging Face cache, and HF_HUB_OFFLINE is set"):
         resolve_model_path("nobody/nothing")
+
+
+def test_nothing_is_written_into_a_cache_snapshot(qwen3_tied_dirs, tmp_path):
+    """A trace, an export or a screenshot pointed into a cached model's snapshot folder is refused: the cache
+    is huggingface_hub's (its files are links into blobs/ shared by revisions)."""
+    from engine.errors import DFlashError
+    from engine.safe_write import check_output
+
+    snapshot = fake_hf_cache(tmp_path / "hub", "org/tiny", qwen3_tied_dirs[0])
+    with pytest.raises(DFlashError, match="snapshot in the Hugging Face cache"):
+        check_output(snapshot / "run.jsonl", "the trace")
+    assert check_output(tmp_path / "run.jsonl", "the trace") == tmp_path / "run.jsonl"
 
 
 def test_a_file_is_not_a_model_folder(tmp_path):

@@ -45,6 +45,11 @@ def resolve_model_path(name: str | Path, download: bool = True, progress: Option
             raise CheckpointError(
                 f"{text}: not found in the Hugging Face cache; download it first or give a local folder."
             ) from None
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:  # HF_HUB_OFFLINE=1: the download would fail with a page of text saying so
+        raise CheckpointError(f"{text}: not in the Hugging Face cache, and HF_HUB_OFFLINE is set, so it cannot be "
+                              "downloaded; unset it (or download the model elsewhere), or give a local folder.")
     try:
         return Path(snapshot_download(text, allow_patterns=ALLOW_PATTERNS,
                                       tqdm_class=reporting_tqdm(text, progress, should_cancel)))
