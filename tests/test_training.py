@@ -199,6 +199,23 @@ def hybrid_target_pair(models_root, tokenizer_dir):
     return load_pair(target, None)
 
 
+def test_distillation_reports_progress_within_a_batch(qwen3_pair, corpus_dir):
+    """A batch of rows takes minutes on a real target: the bar moves as its tokens are written, and the
+    rows are the same as without a progress report."""
+    from engine.training.distill import PROGRESS_EVERY, greedy_continuations
+
+    eos = qwen3_pair.tokenizer.eos_token_id
+    tokens = token_stream(qwen3_pair.tokenizer, read_texts([str(corpus_dir)]), eos)
+    seen = []
+    args = dict(new_tokens=4 * PROGRESS_EVERY, batch=8, seed=1)
+    stream = greedy_continuations(qwen3_pair, tokens, 6, progress=lambda done, total: seen.append((done, total)),
+                                  **args)
+    assert np.array_equal(stream, greedy_continuations(qwen3_pair, tokens, 6, **args))
+    within = [done for done, total in seen if done < 6]
+    assert len(within) == 3 and within == sorted(within) and 0 < within[0] < 6  # one batch: 6 rows, 4 reports
+    assert seen[-1] == (6, 6) and all(total == 6 for _, total in seen)
+
+
 @pytest.mark.parametrize("which", ["qwen3", "qwen3_5 hybrid"])
 def test_distilled_rows_are_the_targets_own_greedy_continuations(which, request, corpus_dir):
     """Batched decoding (attention and GatedDeltaNet caches) writes what AR generate writes."""

@@ -92,7 +92,8 @@ def _distilled(pair, tokens, out: Path, args: argparse.Namespace):
 def _with_bar(total: int, make):
     from tqdm import tqdm
 
-    bar = tqdm(total=total, unit="seq", desc="target writes training text", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=total, unit="seq", desc="target writes training text", file=sys.stderr, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")  # n moves within a batch
     try:
         return make(lambda done, _total: bar.update(done - bar.n))
     except KeyboardInterrupt:

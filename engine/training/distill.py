@@ -35,7 +35,7 @@ def greedy_continuations(
     new_tokens: int = 224,
     batch: int = 32,
     seed: int = 0,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[float, int], None]] = None,
 ) -> np.ndarray:
     """One int32 stream of `sequences` rows [prompt, greedy continuation], each cut after
     the first EOS it generates and followed by EOS.
@@ -55,7 +55,7 @@ def greedy_continuations(
         plen = int(rng.integers(lo, hi + 1))
         starts = rng.integers(0, len(tokens) - plen, size=n)
         prompts = np.stack([tokens[s : s + plen] for s in starts]).astype(np.int32)
-        rows += _rows(pair, prompts, new_tokens)
+        rows += _rows(pair, prompts, new_tokens, _within(progress, len(rows), n, sequences))
         if progress is not None:
             progress(len(rows), sequences)
     return np.concatenate(rows)
@@ -66,7 +66,7 @@ def prompt_continuations(
     prompts: list[list[int]],
     new_tokens: int = 224,
     batch: int = 32,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[float, int], None]] = None,
 ) -> np.ndarray:
     """greedy_continuations' rows for given prompts (say, ones shaped like real use), in order.
 
@@ -82,7 +82,8 @@ def prompt_continuations(
         members = by_len[length]
         for k in range(0, len(members), batch):
             chunk = members[k : k + batch]
-            batch_rows = _rows(pair, np.array([prompts[i] for i in chunk], dtype=np.int32), new_tokens)
+            batch_rows = _rows(pair, np.array([prompts[i] for i in chunk], dtype=np.int32), new_tokens,
+                               _within(progress, len(rows), len(chunk), len(prompts)))
             rows.update(zip(chunk, batch_rows))
             if progress is not None:
                 progress(len(rows), len(prompts))
@@ -96,7 +97,7 @@ def cached_continuations(
     sequences: int,
     new_tokens: int = 224,
     seed: int = 0,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[float, int], None]] = None,
 ) -> np.ndarray:
     """greedy_continuations, saved to cache_file (.npy, with a .json of its settings) and
     reused while the settings and the source length match, so a resumed run trains on
@@ -112,7 +113,7 @@ def cached_prompt_continuations(
     prompts: list[list[int]],
     cache_file: Path,
     new_tokens: int = 224,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Callable[[float, int], None]] = None,
 ) -> np.ndarray:
     """prompt_continuations, cached like cached_continuations (keyed by a hash of the prompts)."""
     digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
@@ -139,24 +140,42 @@ def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.
     return stream
 
 
-def _rows(pair: LoadedPair, prompts: np.ndarray, new_tokens: int) -> list[np.ndarray]:
+def _within(progress: Optional[Callable[[float, int], None]], done: int, rows: int,
+            total: int) -> Optional[Callable[[float], None]]:
+    """A batch's own progress (the fraction of its tokens written) as the run's, in rows: a batch of 128
+    rows takes minutes on a real target, and the bar should not sit still through it."""
+    if progress is None:
+        return None
+    return lambda fraction: progress(done + rows * fraction, total)
+
+
+def _rows(pair: LoadedPair, prompts: np.ndarray, new_tokens: int,
+          on_progress: Optional[Callable[[float], None]] = None) -> list[np.ndarray]:
     """[prompt, greedy continuation cut after its first EOS, EOS] for each row of prompts (B, P)."""
     eos = pair.tokenizer.eos_token_id
     rows = []
-    for prompt, gen in zip(prompts, _generate_batch(pair.target, prompts, new_tokens)):
+    for prompt, gen in zip(prompts, _generate_batch(pair.target, prompts, new_tokens, on_progress)):
         stop = np.flatnonzero(gen == eos)
         gen = gen[: stop[0]] if stop.size else gen
         rows.append(np.concatenate([prompt, gen, [eos]]).astype(np.int32))
     return rows
 
 
-def _generate_batch(model, prompts: np.ndarray, new_tokens: int) -> np.ndarray:
-    """(B, new_tokens) greedy tokens after each prompt row; no step waits for the host."""
+PROGRESS_EVERY = 16  # tokens between progress reports: each waits for its step (a pause of about one step)
+
+
+def _generate_batch(model, prompts: np.ndarray, new_tokens: int,
+                    on_progress: Optional[Callable[[float], None]] = None) -> np.ndarray:
+    """(B, new_tokens) greedy tokens after each prompt row; no step waits for the host, but for a progress
+    report every PROGRESS_EVERY tokens."""
     cache = make_prompt_cache(model)
     y = mx.argmax(model(mx.array(prompts), cache=cache)[:, -1], axis=-1)
     out = [y]
-    for _ in range(new_tokens - 1):
+    for i in range(1, new_tokens):
         y = mx.argmax(model(y[:, None], cache=cache)[:, -1], axis=-1)
         mx.async_eval(y)
         out.append(y)
+        if on_progress is not None and i % PROGRESS_EVERY == 0:
+            mx.eval(out[-PROGRESS_EVERY])  # written, not only queued: the steps after it stay in flight
+            on_progress((len(out) - PROGRESS_EVERY + 1) / new_tokens)
     return np.array(mx.stack(out, axis=1))
