@@ -29,7 +29,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
 def _add_gui_parser(sub) -> None:
     g = sub.add_parser("gui", help="open the window (the default with no command)")
     g.add_argument("trace", nargs="?", metavar="TRACE.jsonl",
-                   help="a saved trace to open (a run, or a parity check's two runs and verdict)")
+                   help="a saved trace to open (a run, or a parity check's two runs and verdict), or a model "
+                        "folder to pick")
     g.add_argument("--screenshot", metavar="FILE.png", help="render the window to a PNG and exit")
     g.add_argument("--run-demo", action="store_true",
                    help="with --screenshot: run the demo prompt in Both mode to completion first")

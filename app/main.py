@@ -98,8 +98,12 @@ def run_gui(args: argparse.Namespace) -> int:
         window.models.target.set_value(models[0])
         window.models.drafter.set_value(models[1] or "")
         window.models.check_now()
+    from app.file_open import FileOpenFilter
+
+    opener = FileOpenFilter(window)
+    app.installEventFilter(opener)  # a trace opened from Finder
     window.show()
-    if trace and not window.open_trace(trace) and screenshot:  # the window showed why; a screenshot says so here
+    if trace and not opener.open(trace) and screenshot:  # a trace, or a model folder (a file manager's %f)  # the window showed why; a screenshot says so here
         print(f"error: {window.errors[-1]}", file=sys.stderr)
         window.close()
         return 2

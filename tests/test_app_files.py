@@ -266,3 +266,28 @@ def test_gui_screenshot_never_lands_on_the_trace_it_shows(qwen3_tied_dirs, tmp_p
     before = path.read_bytes()
     assert cli(["gui", str(path), "--screenshot", str(path)]) == 2
     assert "input" in capsys.readouterr().err and path.read_bytes() == before
+
+
+def test_a_trace_opened_from_the_desktop_opens_in_the_window(make_window, qwen3_tied_dirs, tmp_path, capsys):
+    """macOS hands a file opened with the app (Finder's Open With, a drop on the Dock icon) to the running
+    program as a QFileOpenEvent: a trace is opened, a model folder goes to its picker."""
+    from PySide6.QtGui import QFileOpenEvent
+    from PySide6.QtWidgets import QApplication
+
+    from app.file_open import FileOpenFilter
+
+    path = parity_trace(qwen3_tied_dirs, tmp_path / "check.jsonl")
+    capsys.readouterr()
+    w = make_window()
+    app = QApplication.instance()
+    opener = FileOpenFilter(w)
+    app.installEventFilter(opener)
+    try:
+        QApplication.sendEvent(app, QFileOpenEvent(str(path)))
+        assert w.controller.replaying == path and "dflash" in w.controller.runs
+        QApplication.sendEvent(app, QFileOpenEvent(str(qwen3_tied_dirs[1])))
+        assert w.models.drafter_value() == str(qwen3_tied_dirs[1])
+        QApplication.sendEvent(app, QFileOpenEvent(str(tmp_path)))
+        assert "no readable config.json" in w.errors[-1]
+    finally:
+        app.removeEventFilter(opener)

@@ -64,6 +64,11 @@ def test_spec_is_a_windowed_one_folder_build_with_a_macos_bundle():
     assert {"name", "icon", "bundle_identifier", "version", "info_plist"} <= kw.keys()
     plist_keys = {ast.literal_eval(k) for k in kw["info_plist"].keys}
     assert {"NSHighResolutionCapable", "LSMinimumSystemVersion", "CFBundleShortVersionString"} <= plist_keys
+    # Open With on a trace, never claimed as every .jsonl's default app
+    (documents,) = [ast.literal_eval(v) for k, v in zip(kw["info_plist"].keys, kw["info_plist"].values)
+                    if ast.literal_eval(k) == "CFBundleDocumentTypes"]
+    assert documents == [{"CFBundleTypeName": "DFlash trace", "CFBundleTypeExtensions": ["jsonl"],
+                          "CFBundleTypeRole": "Viewer", "LSHandlerRank": "Alternate"}]
     (analysis,) = _calls(tree, "Analysis")
     assert "launch.py" in ast.unparse(analysis.args[0])
     text = SPEC.read_text(encoding="utf-8")
@@ -107,7 +112,8 @@ def test_desktop_entry_is_valid():
     assert entry["Type"] == "Application"
     assert entry["Name"] == "DFlash Playground"
     assert entry["Terminal"] == "false"
-    assert entry["Exec"].split()[0] == "dflash-playground"  # the project's script; no arguments opens the window
+    # the project's script: `gui` opens the window, with the file a file manager opens with it (%f, maybe none)
+    assert entry["Exec"] == "dflash-playground gui %f"
     assert entry["Icon"] == LINUX_ICON.stem
     assert entry["Categories"].endswith(";")
     if shutil.which("desktop-file-validate"):
