@@ -44,11 +44,14 @@ def model_file(path: Path) -> bool:
 
 
 def hf_snapshot_of(path: Path) -> Optional[Path]:
-    """The Hugging Face cache snapshot folder (.../models--org--name/snapshots/<revision>) `path` lies in, if any."""
+    """The Hugging Face cache folder `path` lies in (.../models--org--name/snapshots/<revision>, or the
+    repo's blobs/ its snapshot files link to), if any."""
     parts = path.absolute().parts
-    for i in range(len(parts) - 3):
-        if parts[i].startswith("models--") and parts[i + 1] == "snapshots":
+    for i in range(len(parts) - 2):
+        if parts[i].startswith("models--") and parts[i + 1] == "snapshots" and i + 3 < len(parts):
             return Path(*parts[: i + 3])
+        if parts[i].startswith("models--") and parts[i + 1] == "blobs":
+            return Path(*parts[: i + 2])
     return None
 
 
@@ -65,12 +68,15 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
         if named.exists() and model_file(named):
             raise DFlashError(f"{path}: is one of the files of the model in {named.parent}; write {what} to "
                               "another file.")
+    as_given = path
     if path.is_symlink():
         path = path.resolve()
-    cache = hf_snapshot_of(path)
+    # as given, through a linked folder, and where a snapshot file's link points (blobs/)
+    cache = next(filter(None, (hf_snapshot_of(p) for p in (as_given, as_given.parent.resolve() / as_given.name,
+                                                            path))), None)
     if cache is not None:
-        raise DFlashError(f"{path}: is inside {cache}, a model's snapshot in the Hugging Face cache, which only the "
-                          f"cache may change; write {what} elsewhere.")
+        raise DFlashError(f"{as_given}: is inside {cache}, in the Hugging Face cache, which only the cache may "
+                          f"change; write {what} elsewhere.")
     for given in inputs:
         if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
             raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")

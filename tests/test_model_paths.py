@@ -53,8 +53,16 @@ def test_nothing_is_written_into_a_cache_snapshot(qwen3_tied_dirs, tmp_path):
     from engine.safe_write import check_output
 
     snapshot = fake_hf_cache(tmp_path / "hub", "org/tiny", qwen3_tied_dirs[0])
-    with pytest.raises(DFlashError, match="snapshot in the Hugging Face cache"):
-        check_output(snapshot / "run.jsonl", "the trace")
+    blob = snapshot.parents[1] / "blobs" / "0a1b2c"  # huggingface_hub's layout: snapshot files link into blobs/
+    blob.parent.mkdir()
+    blob.write_text("# tiny\n")
+    (snapshot / "README.md").symlink_to(blob)
+    (tmp_path / "my-models").mkdir()
+    (tmp_path / "my-models" / "tiny").symlink_to(snapshot)  # a folder link a user made to the snapshot
+    for where in (snapshot / "run.jsonl", snapshot / "README.md", tmp_path / "my-models" / "tiny" / "run.jsonl"):
+        with pytest.raises(DFlashError, match="in the Hugging Face cache, which only the cache may change"):
+            check_output(where, "the trace")
+    assert blob.read_text() == "# tiny\n"
     assert check_output(tmp_path / "run.jsonl", "the trace") == tmp_path / "run.jsonl"
 
 

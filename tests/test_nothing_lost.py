@@ -141,6 +141,31 @@ def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, cor
     capsys.readouterr()
 
 
+def test_force_never_removes_a_checkpoint_folder_train_drafter_did_not_write(qwen3_tied_dirs, corpus_dir, tmp_path,
+                                                                           capsys):
+    """`checkpoint` is a common name: a folder of one's own notes (or TensorFlow's `checkpoint` file) in --out
+    is refused by name, --force or not; train-drafter's own is removed only once every input was read."""
+    target = qwen3_tied_dirs[0]
+    out = tmp_path / "work"
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "notes.txt").write_text("mine")
+    line = _refused(_train(target, corpus_dir, out, "--force"), capsys, out)
+    assert "is not a train-drafter checkpoint" in line and (out / "checkpoint" / "notes.txt").read_text() == "mine"
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    (tf / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"')
+    assert "is not a train-drafter checkpoint" in _refused(_train(target, corpus_dir, tf, "--force"), capsys, tf)
+    # train-drafter's own, with --force and a --data that does not exist: nothing removed before the refusal
+    ours = tmp_path / "ours"
+    assert cli(_train(target, corpus_dir, ours)) == 0
+    state = (ours / "checkpoint" / "state.json").read_text()
+    capsys.readouterr()
+    args = _train(target, corpus_dir, ours, "--force")
+    args[args.index("--data") + 1] = str(tmp_path / "no-such-corpus")
+    assert cli(args) == 2 and (ours / "checkpoint" / "state.json").read_text() == state
+    capsys.readouterr()
+
+
 def test_force_over_a_sharded_model_leaves_no_shard_beside_the_drafter(qwen3_tied_dirs, corpus_dir, tmp_path,
                                                                        capsys):
     """A sharded model replaced with --force: its shards and index would be read with the new weights."""

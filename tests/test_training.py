@@ -113,6 +113,15 @@ def test_sigterm_saves_a_checkpoint_as_ctrl_c_does(qwen3_tied_dirs, corpus_dir, 
     assert json.loads((tmp_path / "k" / "checkpoint" / "state.json").read_text())["step"] == 2
     assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
 
+    # under nohup (SIGHUP ignored) a closed terminal does not end the run
+    hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        t = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "n", SMALL)
+        t.run(checkpoint_every=100, on_step=lambda step, loss: step == 2 and os.kill(os.getpid(), signal.SIGHUP))
+        assert t.step == SMALL.steps and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, hup)
+
 
 def test_cli_trains_a_drafter_that_passes_doctor_and_runs(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     out = tmp_path / "drafter"

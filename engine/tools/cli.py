@@ -161,9 +161,9 @@ def cmd_generate(args) -> int:
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
-    _measure_cost_curves(pair, [settings])
     summary = None
-    with _trace_writer(args, prompt, "the run") as writer:
+    with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
+        _measure_cost_curves(pair, [settings])
         for event in generate(pair, ids, settings):
             if writer:
                 writer.write(event)
@@ -219,9 +219,9 @@ def cmd_parity(args) -> int:
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
-    _measure_cost_curves(pair, [settings])
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
+        _measure_cost_curves(pair, [settings])
         result = run_parity(pair, ids, settings, on_event=writer.write if writer else lambda e: None)
         if writer:
             writer.write_parity(result.to_dict())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import sys
 import time
@@ -126,12 +127,24 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise DFlashError(f"--lr {args.lr} must be a number in (0, 1] (1e-3 is the default).")
 
 
+def ours_checkpoint(folder: Path) -> bool:
+    """Whether `folder` is plainly a checkpoint train-drafter wrote (a real folder of its own files, with its
+    state.json unless a crash cut its writing short): the only kind --force may remove."""
+    from engine.training.trainer import CHECKPOINT_FILES
+
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    names = {f.name for f in folder.iterdir()}
+    own = all(n in CHECKPOINT_FILES or n.startswith(".") and n.endswith((".tmp", ".safetensors")) for n in names)
+    return own and ("state.json" in names or folder.name.endswith(".tmp"))
+
+
 def _check_out(args: argparse.Namespace) -> None:
     """--out must be a folder we may write a drafter into: never the target's or --init's own folder,
     never a file, and never a folder holding a model (one train-drafter made and finished included)
     unless --force, or --resume for its own run."""
     from engine.models.paths import resolve_model_path
-    from engine.training.trainer import CHECKPOINT_DIR, MADE_BY_FILE
+    from engine.training.trainer import CHECKPOINT_NAMES, MADE_BY_FILE
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -145,8 +158,7 @@ def _check_out(args: argparse.Namespace) -> None:
             continue  # not local: it cannot be --out either
         if out.exists() and out.resolve() == folder.resolve():
             raise DFlashError(f"--out {out} is the {flag} model's own folder; write the drafter elsewhere.")
-    ours = any((out / name).exists() for name in (MADE_BY_FILE, CHECKPOINT_DIR, CHECKPOINT_DIR + ".old",
-                                                  CHECKPOINT_DIR + ".tmp"))
+    ours = (out / MADE_BY_FILE).is_file() or any(ours_checkpoint(out / name) for name in CHECKPOINT_NAMES)
     holds_model = any((out / name).exists() for name in ("config.json", "model.safetensors")) or \
         any(out.glob("*.safetensors"))
     if holds_model and not ours and not args.force:
@@ -162,19 +174,19 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
 
     from engine.models.pair import load_pair
     from engine.training.data import read_texts, token_stream
-    from engine.training.trainer import CHECKPOINT_DIR, DrafterTrainer, TrainSettings
+    from engine.training.trainer import CHECKPOINT_DIR, CHECKPOINT_NAMES, DrafterTrainer, TrainSettings
 
     _check_numbers(args)
     _check_out(args)
     out = Path(args.out)
-    leftovers = [out / name for name in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", CHECKPOINT_DIR + ".tmp")
-                 if (out / name).exists()]
-    if leftovers and not args.resume:
-        if not args.force:
-            raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue that run, --force to start "
-                              "anew over it, or choose another --out.")
-        for folder in leftovers:  # train-drafter's own checkpoints: --force starts anew
-            shutil.rmtree(folder)
+    leftovers = [out / name for name in CHECKPOINT_NAMES if os.path.lexists(out / name)]
+    for folder in leftovers:  # a `checkpoint` of something else (a folder of notes, TensorFlow's file): never ours
+        if not ours_checkpoint(folder):
+            raise DFlashError(f"{folder} is not a train-drafter checkpoint, and a run writes its own there; move it, "
+                              "or choose another --out.")
+    if leftovers and not args.resume and not args.force:
+        raise DFlashError(f"{out / CHECKPOINT_DIR} exists: pass --resume to continue that run, --force to start "
+                          "anew over it, or choose another --out.")
     if args.init:
         given = [flag for flag, value in (("--layers", args.layers), ("--block-size", args.block_size),
                                           ("--taps", args.taps), ("--intermediate-size", args.intermediate_size))
@@ -198,6 +210,9 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     if args.distill or args.distill_prompts:
         tokens = _distilled(pair, tokens, out, args)
     trainer = DrafterTrainer(pair, tokens, out, settings)
+    if leftovers and not args.resume:  # --force: train-drafter's own checkpoints, once every input was read
+        for folder in leftovers:
+            shutil.rmtree(folder)
     if args.resume:
         if not trainer.resume():
             raise DFlashError(f"--resume: no checkpoint in {out / CHECKPOINT_DIR}; leave out --resume to start anew.")

@@ -133,6 +133,7 @@ def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.
             pass  # unreadable cache: generate again
     stream = make()
     cache_file.parent.mkdir(parents=True, exist_ok=True)
+    meta_file.unlink(missing_ok=True)  # a crash before the new description leaves no description: regenerated
     tmp = temporary_name(cache_file, ".npy")  # np.save adds .npy to any other name
     np.save(tmp, stream)
     replace_with(tmp, cache_file)  # the stream whole before its description says it is there

@@ -58,6 +58,8 @@ def _sync(folder: Path) -> None:
 
 
 CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_NAMES = (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", CHECKPOINT_DIR + ".tmp")  # a swap's three stages
+CHECKPOINT_FILES = {"state.json", "model.safetensors", "optimizer.safetensors", "config.json", MADE_BY_FILE}
 
 
 def _crc32(*arrays: np.ndarray) -> int:
@@ -339,9 +341,12 @@ class DrafterTrainer:
         restore = {}
         if threading.current_thread() is threading.main_thread():  # a closed terminal or a kill saves as Ctrl-C does
             for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-                if hasattr(signal, name):
-                    number = getattr(signal, name)
-                    restore[number] = signal.signal(number, lambda signum, frame: interrupted.append(signum))
+                number = getattr(signal, name, None)
+                if number is None or signal.getsignal(number) is signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                    continue
+                previous = signal.signal(number, lambda signum, frame: interrupted.append(signum))
+                # None: set outside Python, which cannot put it back; the default then, never ours left behind
+                restore[number] = previous if previous is not None else signal.SIG_DFL
         try:
             while self.step < self.s.steps and not should_stop():
                 if interrupted:
