@@ -262,6 +262,49 @@ def test_distillation_is_seeded_and_cached(qwen3_pair, corpus_dir, tmp_path):
     assert np.array_equal(cached_continuations(pair, tokens, tmp_path / "b.npy", 3, new_tokens=8, seed=2), again)
 
 
+@pytest.mark.parametrize("kind", ["windows", "prompts"])
+def test_a_stopped_distillation_goes_on_from_its_finished_batches(qwen3_pair, corpus_dir, tmp_path, monkeypatch, kind):
+    """Ctrl-C in the third batch: the two finished batches are kept beside the cache and not written again,
+    and the stream is the one an unstopped run writes."""
+    import engine.training.distill as distill
+
+    pair = qwen3_pair
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    prompts = [tokens[i: i + 5 + i % 3].tolist() for i in range(0, 60, 6)]  # lengths 5-7: batches by length
+    monkeypatch.setattr(distill, "DISTILL_BATCH", 2)
+
+    def make(cache, progress=None):
+        if kind == "windows":
+            return distill.cached_continuations(pair, tokens, cache, 7, new_tokens=8, seed=3, progress=progress)
+        return distill.cached_prompt_continuations(pair, prompts, cache, new_tokens=8, progress=progress)
+
+    whole = make(tmp_path / "whole.npy")
+    batches = []
+    real_rows = distill._rows
+
+    def counted(pair, prompts, new_tokens, on_progress=None):
+        batches.append(len(prompts))
+        if len(batches) == 3:
+            raise KeyboardInterrupt
+        return real_rows(pair, prompts, new_tokens, on_progress)
+
+    monkeypatch.setattr(distill, "_rows", counted)
+    cache = tmp_path / "distill.npy"
+    with pytest.raises(KeyboardInterrupt):
+        make(cache)
+    assert not cache.exists() and (tmp_path / "distill.npy.partial.npz").exists()
+    assert len(batches) == 3  # two batches finished, the third stopped
+    written = []
+    monkeypatch.setattr(distill, "_rows", lambda *a, **k: written.append(1) or real_rows(*a, **k))
+    again = make(cache)
+    assert np.array_equal(again, whole)
+    whole_batches = len(written)
+    written.clear()
+    make(tmp_path / "fresh.npy")  # an unstopped run of the same description, for the count
+    assert whole_batches == len(written) - 2  # the two kept batches were not written again
+    assert not (tmp_path / "distill.npy.partial.npz").exists()  # gone once the cache is whole
+
+
 def test_distillation_cache_of_another_target_is_not_reused(qwen3_pair, corpus_dir, tmp_path):
     """A run folder reused after the target was retrained must distil again, not train the drafter on
     the old target's text (the settings alone match)."""

@@ -99,8 +99,9 @@ def _with_bar(total: int, make):
         return make(lambda done, _total: bar.update(done - bar.n))
     except KeyboardInterrupt:
         bar.close()
-        print("\ninterrupted while the target was writing the training text; nothing was trained yet (that text "
-              "is kept only once it is whole).", file=sys.stderr)
+        print(f"\ninterrupted while the target was writing the training text, after {bar.n:.0f} of {total} "
+              "sequences; nothing was trained yet. The finished batches are kept: the same command goes on from "
+              "them.", file=sys.stderr)
         raise
     finally:
         bar.close()

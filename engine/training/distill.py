@@ -36,12 +36,16 @@ def greedy_continuations(
     batch: int = 32,
     seed: int = 0,
     progress: Optional[Callable[[float, int], None]] = None,
+    kept: Optional[dict[int, np.ndarray]] = None,
+    on_batch: Optional[Callable[[dict[int, np.ndarray]], None]] = None,
 ) -> np.ndarray:
     """One int32 stream of `sequences` rows [prompt, greedy continuation], each cut after
     the first EOS it generates and followed by EOS.
 
     Prompts are windows of `tokens` at random starts with a random length in prompt_lens
-    (one length per batch, so a batch prefills without padding).
+    (one length per batch, so a batch prefills without padding). `kept`: rows (by index) of a run
+    that stopped, taken instead of written again (the random draws are made all the same, so the
+    rest is what an unstopped run writes); `on_batch` gets each batch's rows as they are done.
     """
     lo, hi = prompt_lens
     if sequences < 1 or new_tokens < 1 or batch < 1 or not 1 <= lo <= hi:
@@ -54,8 +58,15 @@ def greedy_continuations(
         n = min(batch, sequences - len(rows))
         plen = int(rng.integers(lo, hi + 1))
         starts = rng.integers(0, len(tokens) - plen, size=n)
-        prompts = np.stack([tokens[s : s + plen] for s in starts]).astype(np.int32)
-        rows += _rows(pair, prompts, new_tokens, _within(progress, len(rows), n, sequences))
+        members = range(len(rows), len(rows) + n)
+        if kept is not None and all(i in kept for i in members):
+            rows += [kept[i] for i in members]
+        else:
+            prompts = np.stack([tokens[s : s + plen] for s in starts]).astype(np.int32)
+            done = _rows(pair, prompts, new_tokens, _within(progress, len(rows), n, sequences))
+            rows += done
+            if on_batch is not None:
+                on_batch(dict(zip(members, done)))
         if progress is not None:
             progress(len(rows), sequences)
     return np.concatenate(rows)
@@ -67,8 +78,11 @@ def prompt_continuations(
     new_tokens: int = 224,
     batch: int = 32,
     progress: Optional[Callable[[float, int], None]] = None,
+    kept: Optional[dict[int, np.ndarray]] = None,
+    on_batch: Optional[Callable[[dict[int, np.ndarray]], None]] = None,
 ) -> np.ndarray:
-    """greedy_continuations' rows for given prompts (say, ones shaped like real use), in order.
+    """greedy_continuations' rows for given prompts (say, ones shaped like real use), in order
+    (`kept` and `on_batch` as there).
 
     Prompts of equal length are decoded together, so no batch needs padding.
     """
@@ -82,9 +96,14 @@ def prompt_continuations(
         members = by_len[length]
         for k in range(0, len(members), batch):
             chunk = members[k : k + batch]
-            batch_rows = _rows(pair, np.array([prompts[i] for i in chunk], dtype=np.int32), new_tokens,
-                               _within(progress, len(rows), len(chunk), len(prompts)))
-            rows.update(zip(chunk, batch_rows))
+            if kept is not None and all(i in kept for i in chunk):
+                rows.update((i, kept[i]) for i in chunk)
+            else:
+                batch_rows = _rows(pair, np.array([prompts[i] for i in chunk], dtype=np.int32), new_tokens,
+                                   _within(progress, len(rows), len(chunk), len(prompts)))
+                rows.update(zip(chunk, batch_rows))
+                if on_batch is not None:
+                    on_batch(dict(zip(chunk, batch_rows)))
             if progress is not None:
                 progress(len(rows), len(prompts))
     return np.concatenate([rows[i] for i in range(len(prompts))])
@@ -104,8 +123,9 @@ def cached_continuations(
     the same text without generating it again."""
     meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens)),
             "target": target_fingerprint(pair.target_path)}
-    return _cached(cache_file, meta, lambda: greedy_continuations(
-        pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed, progress=progress))
+    return _cached(cache_file, meta, lambda kept, on_batch: greedy_continuations(
+        pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed, progress=progress,
+        kept=kept, on_batch=on_batch))
 
 
 def cached_prompt_continuations(
@@ -119,11 +139,45 @@ def cached_prompt_continuations(
     digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
     meta = {"prompts": len(prompts), "prompts_sha256": digest, "new_tokens": new_tokens,
             "target": target_fingerprint(pair.target_path)}
-    return _cached(cache_file, meta, lambda: prompt_continuations(
-        pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress))
+    return _cached(cache_file, meta, lambda kept, on_batch: prompt_continuations(
+        pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress, kept=kept,
+        on_batch=on_batch))
 
 
-def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.ndarray:
+class KeptRows:
+    """The rows a distillation has written so far, saved beside its cache file after every batch
+    (CACHE.partial.npz, with the cache's description): a batch of a real target's text takes minutes,
+    and Ctrl-C, a crash or a closed terminal must not throw the finished ones away. A run with the
+    same description goes on from them; the file goes once the cache is whole."""
+
+    def __init__(self, cache_file: Path, meta: dict):
+        self.path = cache_file.with_name(cache_file.name + ".partial.npz")
+        self.meta = json.dumps(meta, sort_keys=True)
+        self.rows: dict[int, np.ndarray] = {}
+        try:
+            with np.load(self.path) as saved:
+                if str(saved["meta"]) == self.meta:
+                    cuts = np.cumsum(saved["lengths"])[:-1]
+                    self.rows = dict(zip(saved["indices"].tolist(), np.split(saved["stream"], cuts)))
+        except (OSError, ValueError, KeyError):
+            pass  # none, or another run's, or cut short: written again
+
+    def add(self, rows: dict[int, np.ndarray]) -> None:
+        self.rows.update(rows)
+        indices = sorted(self.rows)
+        tmp = temporary_name(self.path, ".npz")  # np.savez adds .npz to any other name
+        np.savez(tmp, meta=np.array(self.meta), indices=np.array(indices, dtype=np.int64),
+                 lengths=np.array([len(self.rows[i]) for i in indices], dtype=np.int64),
+                 stream=np.concatenate([self.rows[i] for i in indices]).astype(np.int32))
+        replace_with(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _cached(cache_file: Path, meta: dict, make: Callable[..., np.ndarray]) -> np.ndarray:
+    """`make(kept, on_batch)` once, its stream saved to `cache_file` with `meta` beside it; reused while the
+    description matches, and resumed from the rows a stopped run kept (KeptRows)."""
     meta_file = cache_file.with_suffix(".json")
     if cache_file.is_file() and meta_file.is_file():
         try:
@@ -131,13 +185,15 @@ def _cached(cache_file: Path, meta: dict, make: Callable[[], np.ndarray]) -> np.
                 return np.load(cache_file)
         except (ValueError, OSError):
             pass  # unreadable cache: generate again
-    stream = make()
     cache_file.parent.mkdir(parents=True, exist_ok=True)
+    kept = KeptRows(cache_file, meta)
+    stream = make(kept.rows, kept.add)
     meta_file.unlink(missing_ok=True)  # a crash before the new description leaves no description: regenerated
     tmp = temporary_name(cache_file, ".npy")  # np.save adds .npy to any other name
     np.save(tmp, stream)
     replace_with(tmp, cache_file)  # the stream whole before its description says it is there
     write_atomic(meta_file, json.dumps(meta), "the training text's description")
+    kept.remove()
     return stream
 
 
