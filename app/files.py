@@ -53,8 +53,9 @@ def export_trace(run: RunRecord | Comparison, path: str | Path) -> int:
         for each in run.runs:
             lines += [json.dumps({**_header(each), "schema": RUNS_SCHEMA})] + [json.dumps(r) for r in each.records()]
         if run.parity is not None:
-            done = asdict(run.parity)
-            lines.append(json.dumps(parity_record({**done, "dflash_tok_s": done["dflash_tok_s"] if run.dflash else None})))
+            done = asdict(run.parity)  # no DFlash speed where DFlash did not run (the window keeps 0.0 there)
+            done["dflash_tok_s"] = done["dflash_tok_s"] if run.dflash is not None else None
+            lines.append(json.dumps(parity_record(done)))
     else:  # one run, whatever file it was opened from
         lines = [json.dumps({**_header(run), "schema": SCHEMA})] + [json.dumps(r) for r in run.records()]
     _write(Path(path), "\n".join(lines) + "\n", "the trace")

@@ -103,7 +103,8 @@ def run_gui(args: argparse.Namespace) -> int:
     opener = FileOpenFilter(window)
     app.installEventFilter(opener)  # a trace opened from Finder
     window.show()
-    if trace and not opener.open(trace) and screenshot:  # a trace, or a model folder (a file manager's %f)  # the window showed why; a screenshot says so here
+    # a trace, or a model folder (a file manager's %f); where it fails the window says why, and so does a screenshot
+    if trace and not opener.open(trace) and screenshot:
         print(f"error: {window.errors[-1]}", file=sys.stderr)
         window.close()
         return 2

@@ -218,7 +218,7 @@ def _rows(pair: LoadedPair, prompts: np.ndarray, new_tokens: int,
     return rows
 
 
-PROGRESS_EVERY = 16  # tokens between progress reports: each waits for its step (a pause of about one step)
+PROGRESS_EVERY = 16  # tokens between progress reports (each waits for a token that many steps back: no pause)
 
 
 def _generate_batch(model, prompts: np.ndarray, new_tokens: int,
