@@ -18,7 +18,7 @@ from engine.decode.acceptance import accept
 from engine.decode.events import RoundEvent, from_dict
 from engine.decode.prompts import encode_prompt
 from engine.decode.sampling import Sampler
-from engine.decode.settings import SamplingSettings
+from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.errors import DFlashError
 from engine.models.doctor import check_pair
 from engine.models.drafter2 import CandidateSelector, dynamic_conv, select
@@ -321,3 +321,23 @@ def test_bench_compares_v1_and_dflash2_on_the_same_ar_runs(qwen3_untied_dirs, df
     out = capsys.readouterr().out
     assert "drafters on the same AR runs" in out and "DFlash2 drafter" in out and "worst prompt" in out
     assert cli(argv[:-2] + ["--max-tokens", "24", "--compare-drafter", str(tmp_path / "nowhere")]) == 2
+
+
+@pytest.mark.parametrize("which", ["dflash", "dflash2"])
+def test_rounds_without_diagnostics_decode_the_same(which, request):
+    """diagnostics=False (the command line without a trace, bench) skips only the tables: the same tokens,
+    the same rounds and acceptances, and no table fields; the command line asks for them with --trace."""
+    from engine.decode.decoder import generate
+
+    pair = request.getfixturevalue("qwen3_pair" if which == "dflash" else "dflash2_pair")
+    ids = encode_prompt(pair.tokenizer, "def add(a, b):", chat=False)
+
+    def rounds(diagnostics: bool) -> list[RoundEvent]:
+        settings = GenerationSettings(max_tokens=40, block_size=8, diagnostics=diagnostics)
+        return [e for e in generate(pair, ids, settings) if isinstance(e, RoundEvent)]
+
+    on, off = rounds(True), rounds(False)
+    assert [(r.drafted, r.accepted, r.bonus) for r in on] == [(r.drafted, r.accepted, r.bonus) for r in off]
+    assert any(r.draft_p for r in on) and not any(r.draft_p or r.target_p or r.target_rank for r in off)
+    if which == "dflash2":
+        assert any(r.candidates for r in on) and not any(r.candidates for r in off)

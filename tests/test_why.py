@@ -76,3 +76,13 @@ def test_the_host_tables_equal_the_mlx_ones():
     for mine, theirs in zip(host_table, mlx_table):
         np.testing.assert_allclose(mine, theirs, rtol=1e-6)
     assert (host_table[2][:2] >= 0).all()
+
+
+def test_the_command_line_computes_the_tables_only_for_a_trace(tmp_path):
+    import argparse
+
+    from engine.tools.cli import _settings
+
+    args = argparse.Namespace(temperature=0.0, seed=0, max_tokens=8, block_size=None)
+    assert _settings(args, "dflash").diagnostics is False
+    assert _settings(argparse.Namespace(**vars(args), trace=str(tmp_path / "t.jsonl")), "dflash").diagnostics

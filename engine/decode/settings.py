@@ -100,6 +100,12 @@ class GenerationSettings:
     lookup: bool = False  # DFlash rounds verify a copied span of the context instead where one matches deeply
     draft_model: Optional[str] = None  # draft-model mode: the small AR model (folder or Hugging Face id)
     num_draft: int = NUM_DRAFT
+    # Each round's diagnostic tables (how sure the drafter and the target were of each draft, the target's
+    # rank of it, the selector's candidates): the window's Why, Selector and rounds views and traces read
+    # them. They cost 6-13% of a DFlash round on this CPU at a 4,096-token vocabulary (a softmax over the
+    # vocabulary per position, on the host) and more at 150k, so the command line computes them only for
+    # a trace (generate and parity with --trace); bench times the engine without them.
+    diagnostics: bool = True
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""

@@ -134,7 +134,8 @@ class SpeculativeDecoder(Decoder):
         rec.mark("queued")
         logits = self.verify(anchor, proposal.drafts)
         result = from_root(accept(self.sampler, logits, proposal.drafts, proposal.logq), self.pair.ranks)
-        tables = rec.queue_tables(proposal, logits)
+        diagnostics = self.settings.diagnostics
+        tables = rec.queue_tables(proposal, logits) if diagnostics else []
         rec.mark("built")
         mx.eval(proposal.drafts)  # the wait for the drafts is draft time
         rec.mark("drafted")
@@ -142,7 +143,7 @@ class SpeculativeDecoder(Decoder):
         taps = self.taps.concatenated() if self.keeps_taps else None
         mx.eval(result, taps, tables)
         accepted, bonus = result.tolist()
-        table_fields = rec.table_fields(proposal, logits, tables)
+        table_fields = rec.table_fields(proposal, logits, tables) if diagnostics else {}
         rec.mark("verified")
 
         drafted = proposal.drafts.tolist()

@@ -58,6 +58,7 @@ def _settings(args, mode: str):
         auto=args.block_size == "auto",
         sampling=sampling,
         stop_strings=tuple(getattr(args, "stop", ())),
+        diagnostics=bool(getattr(args, "trace", None)),  # the per-round tables: only a trace reads them here
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
         draft_sink=draft_sink(args),
