@@ -166,6 +166,21 @@ def test_force_never_removes_a_checkpoint_folder_train_drafter_did_not_write(qwe
     capsys.readouterr()
 
 
+def test_a_checkpoint_swap_cut_short_is_still_train_drafters(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    """A kill while the old checkpoint is being removed leaves checkpoint.old without its state.json: still
+    ours (--resume goes on from the new one), where a folder of one's own files is not."""
+    from engine.training.cli import ours_checkpoint
+
+    out = tmp_path / "drafter"
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out)) == 0
+    old = out / "checkpoint.old"
+    shutil.copytree(out / "checkpoint", old)
+    (old / "state.json").unlink()  # rmtree got that far
+    assert ours_checkpoint(old) and not ours_checkpoint(tmp_path)
+    assert cli(_train(qwen3_tied_dirs[0], corpus_dir, out, "--resume")) == 0
+    capsys.readouterr()
+
+
 def test_force_over_a_sharded_model_leaves_no_shard_beside_the_drafter(qwen3_tied_dirs, corpus_dir, tmp_path,
                                                                        capsys):
     """A sharded model replaced with --force: its shards and index would be read with the new weights."""

@@ -143,10 +143,9 @@ def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterat
         yield writer
         complete = True
     finally:
-        if writer:
-            where = writer.close(complete=complete)
-            if not complete and where is not None:
-                print(f"\n{what} did not finish; its trace so far is in {where}", file=sys.stderr)
+        where = writer.close(complete=complete) if writer else None
+        if not complete and where is not None:
+            print(f"\n{what} did not finish; its trace so far is in {where}", file=sys.stderr)
 
 
 def cmd_generate(args) -> int:
@@ -215,10 +214,8 @@ def cmd_parity(args) -> int:
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
-    pair = _load(args)
-    text = _prompt_text(args)
-    ids = _prompt_ids(args, pair.tokenizer, text)
-    settings = _settings(args, "dflash")
+    pair, text = _load(args), _prompt_text(args)
+    ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:

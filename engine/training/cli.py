@@ -130,14 +130,15 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def ours_checkpoint(folder: Path) -> bool:
     """Whether `folder` is plainly a checkpoint train-drafter wrote (a real folder of its own files, with its
-    state.json unless a crash cut its writing short): the only kind --force may remove."""
+    state.json unless a crash cut a swap short): the only kind --force may remove."""
     from engine.training.trainer import CHECKPOINT_FILES
 
     if folder.is_symlink() or not folder.is_dir():
         return False
     names = {f.name for f in folder.iterdir()}
     own = all(n in CHECKPOINT_FILES or n.startswith(".") and n.endswith((".tmp", ".safetensors")) for n in names)
-    return own and ("state.json" in names or folder.name.endswith(".tmp"))
+    # a .tmp one may not have its state.json yet, an .old one may have lost it to a kill mid-removal
+    return own and ("state.json" in names or folder.name.endswith((".tmp", ".old")))
 
 
 def _check_out(args: argparse.Namespace) -> None:

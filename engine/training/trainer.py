@@ -342,8 +342,8 @@ class DrafterTrainer:
         if threading.current_thread() is threading.main_thread():  # a closed terminal or a kill saves as Ctrl-C does
             for name in ("SIGINT", "SIGTERM", "SIGHUP"):
                 number = getattr(signal, name, None)
-                if number is None or signal.getsignal(number) is signal.SIG_IGN:  # nohup's SIGHUP stays ignored
-                    continue
+                if number is None or (name != "SIGINT" and signal.getsignal(number) is signal.SIG_IGN):
+                    continue  # nohup's SIGHUP stays ignored; Ctrl-C always saves and stops (as it always did)
                 previous = signal.signal(number, lambda signum, frame: interrupted.append(signum))
                 # None: set outside Python, which cannot put it back; the default then, never ours left behind
                 restore[number] = previous if previous is not None else signal.SIG_DFL
