@@ -13,7 +13,7 @@ from typing import Optional
 
 from engine import json_text
 from engine.models.demo import demo_pairs
-from engine.safe_write import hf_snapshot_of
+from engine.models.checkpoint import model_name
 
 TARGET, DRAFTER = "target", "drafter"
 
@@ -86,10 +86,8 @@ def cache_label(value: str) -> Optional[str]:
     """"org/name (HF cache)" for a folder that is a snapshot in a Hugging Face cache
     (.../models--org--name/snapshots/<revision>), else None: a recent model loaded from the cache keeps
     the name the cache listing gave it instead of a 100-character path."""
-    folder = Path(value).absolute()
-    if hf_snapshot_of(folder / "config.json") != folder:
-        return None
-    return f"{folder.parent.parent.name[len('models--'):].replace('--', '/')} (HF cache)"
+    name = model_name(Path(value))
+    return f"{name} (HF cache)" if name != Path(value).name else None
 
 
 def recent_entries(values: list[str], role: str) -> list[ModelEntry]:

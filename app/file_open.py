@@ -12,6 +12,15 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject
 
 
+def pick_folder(window, folder: str, how: str) -> bool:
+    """A folder handed to the window (dropped on it, opened from the desktop) into the picker its config
+    names; False, and said, when it holds no model."""
+    if window.models.accept_folder(folder) is not None:
+        return True
+    window.show_error("Not a model folder", f"{folder}: no readable config.json; {how} a model folder.")
+    return False
+
+
 class FileOpenFilter(QObject):
     """On the QApplication: a trace is opened as File > Open trace opens it, a model folder goes to the
     picker its config names (as a folder dropped on the window does)."""
@@ -23,10 +32,7 @@ class FileOpenFilter(QObject):
     def open(self, path: str) -> bool:
         """Open what the desktop handed over; False (the window said why) when it could not."""
         if Path(path).is_dir():
-            if self.window.models.accept_folder(path) is None:
-                self.window.show_error("Not a model folder", f"{path}: no readable config.json; open a model folder.")
-                return False
-            return True
+            return pick_folder(self.window, path, "open")
         return self.window.open_trace(path)
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt API)

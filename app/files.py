@@ -16,6 +16,8 @@ from app.jobs import ParityDone
 from app.run_record import RunRecord, record_from_trace
 from app.tokens import TokenTable, table_from_tokenizer_json
 
+Inputs = tuple[Optional[str | Path], ...]  # files an export must not be written over
+
 ROUND_COLUMNS = ("index", "position", "anchor", "drafted", "accepted", "bonus", "bonus_kind", "committed",
                  "draft_ms", "verify_ms", "rollback_ms", "t", "generated")
 
@@ -26,9 +28,10 @@ def _header(run: RunRecord) -> dict:
     return run.header
 
 
-def _write(path: Path, text: str, what: str) -> None:
-    """Checked first, then written beside the file and renamed over it (engine/safe_write.py)."""
-    write_atomic(check_output(path, what), text, what)
+def _write(path: Path, text: str, what: str, inputs: Inputs) -> None:
+    """Checked first (never over `inputs`: the trace on show), then written beside the file and renamed
+    over it (engine/safe_write.py)."""
+    write_atomic(check_output(path, what, inputs), text, what)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class Comparison:
         return [self.ar] + ([self.dflash] if self.dflash is not None else [])
 
 
-def export_trace(run: RunRecord | Comparison, path: str | Path) -> int:
+def export_trace(run: RunRecord | Comparison, path: str | Path, inputs: Inputs = ()) -> int:
     """Write one run as dflash-trace/1 JSONL (the header the engine made, then its records), or a
     comparison as dflash-trace/2 (each run so, then the parity record). Returns the records written."""
     if isinstance(run, Comparison):
@@ -58,19 +61,19 @@ def export_trace(run: RunRecord | Comparison, path: str | Path) -> int:
             lines.append(json.dumps(parity_record(done)))
     else:  # one run, whatever file it was opened from
         lines = [json.dumps({**_header(run), "schema": SCHEMA})] + [json.dumps(r) for r in run.records()]
-    _write(Path(path), "\n".join(lines) + "\n", "the trace")
+    _write(Path(path), "\n".join(lines) + "\n", "the trace", inputs)
     return len(lines)
 
 
-def export_chrome(run: RunRecord | Comparison, path: str | Path) -> int:
+def export_chrome(run: RunRecord | Comparison, path: str | Path, inputs: Inputs = ()) -> int:
     """Chrome trace JSON (opens in Perfetto), via the engine's converter: a comparison's runs as two processes."""
     runs = run.runs if isinstance(run, Comparison) else [run]
     events = [e for pid, each in enumerate(runs, 1) for e in chrome_events(_header(each), each.records(), pid)]
-    _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
+    _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace", inputs)
     return len(events)
 
 
-def export_rounds_csv(run: RunRecord | Comparison, path: str | Path) -> int:
+def export_rounds_csv(run: RunRecord | Comparison, path: str | Path, inputs: Inputs = ()) -> int:
     """One row per round (a comparison's: its DFlash run's); id lists are space-separated."""
     if isinstance(run, Comparison):
         if run.dflash is None:
@@ -85,7 +88,7 @@ def export_rounds_csv(run: RunRecord | Comparison, path: str | Path) -> int:
             v = getattr(r, col)
             row.append(" ".join(map(str, v)) if isinstance(v, list) else v)
         w.writerow(row)
-    _write(Path(path), buffer.getvalue(), "the rounds CSV")
+    _write(Path(path), buffer.getvalue(), "the rounds CSV", inputs)
     return len(run.rounds)
 
 

@@ -57,15 +57,6 @@ def run_gui(args: argparse.Namespace) -> int:
     if trace and run_demo:
         print("error: give a trace to open or --run-demo, not both.", file=sys.stderr)
         return 2
-    if trace and screenshot:  # the screenshot never lands on the trace it shows
-        from engine.errors import DFlashError
-        from engine.safe_write import check_output
-
-        try:
-            check_output(screenshot, "the screenshot", inputs=(trace,))
-        except DFlashError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     if not _has_display():
         if not screenshot:
             print("error: no display found (DISPLAY is not set); set QT_QPA_PLATFORM=offscreen "
@@ -117,18 +108,18 @@ def run_gui(args: argparse.Namespace) -> int:
             os._exit(code)
         return code
     try:
-        return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None))
+        return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None), trace)
     finally:
         window.close()
 
 
-def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int]) -> int:
+def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int], trace: Optional[str]) -> int:
     from engine.decode.settings import DEFAULTS
     from engine.errors import DFlashError
     from engine.safe_write import check_output, replace_with, temporary_name
 
     try:  # before the demo run: a path that cannot be written costs nothing
-        path = check_output(path, "the screenshot")
+        path = check_output(path, "the screenshot", inputs=(trace,))  # never over the trace it shows
     except DFlashError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

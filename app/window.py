@@ -17,11 +17,11 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QTabWidget, Q
 
 from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
-from engine.safe_write import check_output
 from app import files, screen_fit
 from app.jobs import PairInfo, ParityDone
 from app.menus import build_menus
 from app.autosave import Autosave
+from app.file_open import pick_folder
 from app.layout_fit import ColumnLayout, restore_splitters, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
@@ -279,7 +279,7 @@ class MainWindow(QMainWindow):
             self.show_error("Nothing to export", "run a prompt (and let it finish) or open a trace first.")
             return False
         try:  # never over the trace on show: a Both run opened from it would lose what this export leaves out
-            fn(shown, check_output(path, f"the {what}", inputs=(self.controller.replaying,)))
+            fn(shown, path, inputs=(self.controller.replaying,))
         except DFlashError as exc:
             self.show_error(f"Could not export the {what}", str(exc))
             return False
@@ -339,11 +339,8 @@ class MainWindow(QMainWindow):
 
     def dropEvent(self, event) -> None:  # noqa: N802
         for url in event.mimeData().urls():
-            folder = url.toLocalFile()
-            if not Path(folder).is_dir():
-                continue
-            if self.models.accept_folder(folder) is None:
-                self.show_error("Not a model folder", f"{folder}: no readable config.json; drop a model folder.")
+            if Path(url.toLocalFile()).is_dir():
+                pick_folder(self, url.toLocalFile(), "drop")
         event.acceptProposedAction()
 
     # ---- messages --------------------------------------------------------------------------

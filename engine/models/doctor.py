@@ -177,14 +177,25 @@ def check_compatibility(target_path: Path, dims: dict[str, Any], drafter_path: P
     return problems
 
 
-def trained_for(drafter_path: Path, target_path: Path) -> Optional[str]:
-    """A warning when train-drafter's record in the drafter's folder names another target than this
-    one (same shapes, so nothing else tells: its drafts are then rarely accepted; the output stays
-    exact). None without a record, or for the target it names."""
+def training_record(drafter_path: Path) -> dict:
+    """train-drafter's record in a drafter's folder ({} when there is none, or none readable)."""
+    from engine.models.checkpoint import MADE_BY_FILE
+
+    try:
+        record = json.loads((drafter_path / MADE_BY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def trained_for(drafter_path: Path, target_path: Path, record: dict) -> Optional[str]:
+    """A warning when train-drafter's `record` names another target than this one (same shapes, so
+    nothing else tells: its drafts are then rarely accepted; the output stays exact). None without a
+    record, or for the target it names."""
     from engine.models.checkpoint import MADE_BY_FILE, target_fingerprint
 
     try:
-        made_for = json.loads((drafter_path / MADE_BY_FILE).read_text()).get("target") or {}
+        made_for = record.get("target") or {}
         fingerprint = made_for.get("fingerprint")
         if not isinstance(fingerprint, str) or fingerprint == target_fingerprint(target_path):
             return None
@@ -200,20 +211,16 @@ def trained_for(drafter_path: Path, target_path: Path) -> Optional[str]:
 BARELY_TRAINED_TAU = 2.0
 
 
-def barely_trained(drafter_path: Path) -> Optional[str]:
-    """A warning when train-drafter's record says its last held-out tau estimate is too low for DFlash to
-    pay (a few steps on little text): so a user does not read its bench noise as its worth."""
+def barely_trained(drafter_path: Path, record: dict, block: int) -> Optional[str]:
+    """A warning when train-drafter's `record` says the drafter's last held-out tau estimate is too low
+    for DFlash to pay (a few steps on little text): so a user does not read its bench noise as its worth."""
     from engine.models.checkpoint import MADE_BY_FILE
 
     try:
-        final = json.loads((drafter_path / MADE_BY_FILE).read_text()).get("final") or {}
+        final = record.get("final") or {}
         tau, step = float(final["tau_estimate"]), int(final["step"])
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    except (ValueError, AttributeError, KeyError, TypeError):
         return None
-    try:
-        block = int(json.loads((drafter_path / "config.json").read_text()).get("block_size") or 16)
-    except (OSError, ValueError, AttributeError, TypeError):
-        block = 16
     if tau >= min(BARELY_TRAINED_TAU, 1 + (block - 1) / 2):  # a block of 2 commits 2 at most
         return None
     return (f"{drafter_path.name} is barely trained: after {step:,} steps its held-out tau estimate is {tau:.2f} "
@@ -263,7 +270,9 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             report.problems.append(str(exc))
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
-            for warning in (trained_for(drafter_path, target_path), barely_trained(drafter_path)):
+            record = training_record(drafter_path)
+            for warning in (trained_for(drafter_path, target_path, record),
+                            barely_trained(drafter_path, record, cfg.block_size)):
                 if warning is not None:
                     report.warnings.append(warning)
     if dims is not None:
