@@ -2,7 +2,8 @@
 
 A round of length k (the anchor and k - 1 drafts, drafted and verified) costs draft(k) plus
 verify(k) from the cost curve at the run's current context depth (a verify's attention grows
-with it faster than a step's; k = 1, a plain step run pipelined as AR's, costs an AR step), and
+with it faster than a step's; k = 1, a plain step run pipelined as AR's, is priced a margin
+above an AR step: PLAIN_MARGIN), and
 commits on average
     E(k) = 1 + sum_{i < k} a_1 * ... * a_i
 tokens, where a_j is the chance that draft j is accepted once drafts 1..j-1 were. The
@@ -43,6 +44,23 @@ PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block wou
 SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
 MIN_MISSES = 3  # two misses in a row happen even to a drafter right 9 times in 10
 KEPT_MISSES = 2.0  # what such a run weighs after the reset, in rounds
+# Drafting must fall this far below a plain step's rate before auto stops drafting (and a plain
+# step this far above drafting's to keep it plain). Its acceptance rates come from the last ~30
+# rounds and undershoot after a run of misses, and once plain it learns only from probes, so a plain
+# step priced as an AR step (or a verify of one, the lower) sent it plain where blocks paid: `bench
+# --block-sizes` on bench_prompts had auto at 2.28x AR against 2.47x at a fixed 8 and 2.38x at 16
+# (DFlash2 pair; v1 1.55x against 1.62x), its worst prompts running plain at 0.72-0.88x where a
+# fixed 4 ran 1.20-1.41x (an eval set: the problem was found there, the margin chosen on the tune sets).
+# A/B on the tune sets (short_tune_prompts, long_tune_tails, long_tune_prompts: 44 prompts, one run
+# each, AR and both pricings per prompt in one process, lookup on; that price -> 1.15 x the AR step):
+# DFlash2 pair 2.44x -> 2.65x AR (worst prompt 0.80x -> 1.12x, below AR 1 -> 0; long_tune_prompts
+# 2.25x -> 2.61x), v1 pair 1.99x -> 2.04x (worst 0.79x -> 0.91x; long_tune_prompts 2.23x -> 2.17x),
+# hybrid pair 2.10x -> 2.21x (worst 0.66x -> 1.13x, below 1 -> 0; long_tune_prompts 1.74x both).
+# 1.3 did a little better on v1 (2.10x) and hybrid (2.24x, but one prompt below AR) and was not
+# measured on the DFlash2 pair. A plain step in a run costs ~1.1 AR steps anyway (a stretch's first
+# step is not overlapped: 20.8 ms against AR's 19.0 on the tune set's prose). Verify lengths never
+# change what is committed, only when.
+PLAIN_MARGIN = 1.15
 
 
 class VerifyLengthController:
@@ -77,8 +95,8 @@ class VerifyLengthController:
         """The k with the most expected committed tokens per millisecond at context depth `depth`."""
         curve = self.curve.at(depth)
         # k = 1 runs as a pipelined plain step, AR's loop with taps kept: an AR step, not a verify of
-        # one recording tapes (the lower of the two: a calibration's noise can put the step above)
-        plain = min(curve.ar_step_ms, curve.round_ms(1))
+        # one recording tapes; priced PLAIN_MARGIN above it (see there)
+        plain = curve.ar_step_ms * PLAIN_MARGIN
         per_ms = [e / (curve.round_ms(k, whole_block=False) if k > 1 else plain)
                   for k, e in enumerate(self.expected_tokens(), 1)]
         return per_ms.index(max(per_ms)) + 1
