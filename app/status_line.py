@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.run_record import RunRecord
@@ -37,11 +38,13 @@ class StatusLine:
             self.labels[key] = label
 
     def show_device(self, device: str) -> None:
-        """The device line, cut to a width that leaves the bar's messages room on a laptop screen
-        (a trace's device line names the OS and BLAS); the whole line in its tooltip."""
+        """The device line, cut with an ellipsis to a width that leaves the bar's messages room on a
+        laptop screen (a trace's device line names the OS and BLAS; clipped, "blas: openblas" read
+        as a whole line); the whole line in its tooltip."""
         label = self.labels["device"]
-        label.setText(f"device: {device}")
-        label.setToolTip(f"device: {device}")
+        line = f"device: {device}"
+        label.setText(label.fontMetrics().elidedText(line, Qt.ElideRight, DEVICE_WIDTH))
+        label.setToolTip(line)
         label.setMaximumWidth(DEVICE_WIDTH)
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],

@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
+from app.status_line import DEVICE_WIDTH
 from engine.decode.events import to_dict
 from engine.tools.trace import SCHEMA, read_trace
 
@@ -59,7 +60,7 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     assert w2.prompt.block_size.value() == 4 and w2.prompt.max_tokens.value() == w.prompt.max_tokens.value()
     assert w2.prompt.mode() == "dflash"
     assert w2.prompt.lookup.isChecked() is header["settings"]["lookup"] is True
-    assert w2.status_labels["device"].text() == f"device: {header['device']}"
+    assert w2.status_labels["device"].toolTip() == f"device: {header['device']}"
 
     # Exporting the replay writes the same trace again.
     again_path = tmp_path / "again.jsonl"
@@ -243,17 +244,22 @@ def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window,
     """A trace made on a Mac says so while it is on show; the next run here says where it ran, and the
     status line counts rounds as the engine does (auto's plain steps apart)."""
     w = finished_run(qtbot, make_window, qwen3_tied_dirs)
-    here = w.status_labels["device"].text()
+    here = w.status_labels["device"].toolTip()
     path = tmp_path / "mac.jsonl"
     assert w.export_trace(path)
     lines = path.read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), "device": "gpu (Darwin arm64, blas: accelerate)"})
     path.write_text("\n".join(lines) + "\n")
     assert w.open_trace(path)
-    assert w.status_labels["device"].text() == "device: gpu (Darwin arm64, blas: accelerate)"
+    device = w.status_labels["device"]
+    assert device.toolTip() == "device: gpu (Darwin arm64, blas: accelerate)"
+    # wider than the bar allows: cut with an ellipsis (clipped, "blas: acc" read as a whole line)
+    metrics, text = device.fontMetrics(), device.text()
+    assert metrics.horizontalAdvance(device.toolTip()) > DEVICE_WIDTH >= metrics.horizontalAdvance(text)
+    assert text.endswith("…") and device.toolTip().startswith(text[:-1])
     assert w.statusBar().toolTip() == ""
     run_and_wait(qtbot, w)
-    assert w.status_labels["device"].text() == here
+    assert w.status_labels["device"].toolTip() == here
     stats = w.rounds_run.stats
     plain = f" (+{stats.plain_steps} plain)" if stats.plain_steps else ""
     assert w.status_labels["rounds"].text() == f"rounds: {stats.rounds}{plain}"

@@ -351,5 +351,5 @@ def test_the_window_opens_a_sharded_runs_trace(qtbot, make_window, sharded_pairs
     assert trace.is_file(), proc.stderr[-2000:]
     w = make_window()
     assert w.open_trace(trace)
-    assert "2 ranks (ring, tensor parallel" in w.status_line.labels["device"].text()
+    assert "2 ranks (ring, tensor parallel" in w.status_line.labels["device"].toolTip()
     assert w.prompt.editor.toPlainText() == PROMPT
