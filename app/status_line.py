@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.run_record import RunRecord
@@ -29,23 +29,48 @@ def trace_device(header: dict) -> Optional[str]:
     return device
 
 
+class ElidedLabel(QLabel):
+    """A line cut with an ellipsis to the width the bar gives it (at most DEVICE_WIDTH), the whole
+    line in its tooltip: the bar squeezes its permanent widgets below their hints on a laptop
+    screen, and a clipped "device: cpu (blas: openblas" read as a whole line."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.line = text
+        self.setMaximumWidth(DEVICE_WIDTH)
+
+    def set_line(self, line: str) -> None:
+        self.line = line
+        self.setToolTip(line)
+        self._elide()
+        self.updateGeometry()
+
+    def sizeHint(self) -> QSize:  # the whole line's width, not the cut text's: no shrinking feedback
+        hint = super().sizeHint()
+        return QSize(min(self.fontMetrics().horizontalAdvance(self.line) + 4, DEVICE_WIDTH), hint.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("device: …"), super().minimumSizeHint().height())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(self.fontMetrics().elidedText(self.line, Qt.ElideRight, max(self.width() - 4, 0)))
+
+
 class StatusLine:
     def __init__(self, bar: QStatusBar):
         self.labels: dict[str, QLabel] = {}
         for key in NAMES:
-            label = QLabel(f"{key}: –")
+            label = ElidedLabel(f"{key}: –") if key == "device" else QLabel(f"{key}: –")
             bar.addPermanentWidget(label)
             self.labels[key] = label
 
     def show_device(self, device: str) -> None:
-        """The device line, cut with an ellipsis to a width that leaves the bar's messages room on a
-        laptop screen (a trace's device line names the OS and BLAS; clipped, "blas: openblas" read
-        as a whole line); the whole line in its tooltip."""
-        label = self.labels["device"]
-        line = f"device: {device}"
-        label.setText(label.fontMetrics().elidedText(line, Qt.ElideRight, DEVICE_WIDTH))
-        label.setToolTip(line)
-        label.setMaximumWidth(DEVICE_WIDTH)
+        """The device line, cut to the room the bar leaves it (see ElidedLabel)."""
+        self.labels["device"].set_line(f"device: {device}")
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
                   rounds_run: Optional[RunRecord]) -> None:
