@@ -120,6 +120,9 @@ def test_drafter_recipe_refuses_settings_it_cannot_run(tmp_path, capsys):
     with pytest.raises(SystemExit):  # it crashed at its first step's evaluation (a modulo by zero)
         build_demo_drafter.parse_args(["--eval-every", "0", "--target", "t", "--out", str(tmp_path)])
     assert "--eval-every must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_demo_drafter.parse_args(["--distill-batch", "0", "--target", "t", "--out", str(tmp_path)])
+    assert "--distill-batch must be at least 1" in capsys.readouterr().err
 
 
 def test_cards_say_where_training_ran():

@@ -262,6 +262,22 @@ def test_distillation_is_seeded_and_cached(qwen3_pair, corpus_dir, tmp_path):
     assert np.array_equal(cached_continuations(pair, tokens, tmp_path / "b.npy", 3, new_tokens=8, seed=2), again)
 
 
+def test_the_distillation_batch_is_a_setting(qwen3_pair, corpus_dir, tmp_path, monkeypatch):
+    """`batch` sets how many rows decode together (a GPU recipe run passes 1,024): here one row at a time,
+    so each of the 4 prompts is its own batch, and the rows are those of one batch of all four."""
+    import engine.training.distill as distill
+
+    pair = qwen3_pair
+    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    prompts = [tokens[i: i + 6].tolist() for i in range(0, 24, 6)]
+    together = distill.cached_prompt_continuations(pair, prompts, tmp_path / "a.npy", new_tokens=8)
+    batches = []
+    real_rows = distill._rows
+    monkeypatch.setattr(distill, "_rows", lambda pair, p, *a, **k: batches.append(len(p)) or real_rows(pair, p, *a, **k))
+    alone = distill.cached_prompt_continuations(pair, prompts, tmp_path / "b.npy", new_tokens=8, batch=1)
+    assert batches == [1, 1, 1, 1] and np.array_equal(alone, together)
+
+
 @pytest.mark.parametrize("kind", ["windows", "prompts"])
 def test_a_stopped_distillation_goes_on_from_its_finished_batches(qwen3_pair, corpus_dir, tmp_path, monkeypatch, kind):
     """Ctrl-C in the third batch: the two finished batches are kept beside the cache and not written again,

@@ -25,6 +25,7 @@ from engine.safe_write import replace_with, temporary_name, write_atomic
 
 PROMPT_LENS = (8, 64)  # shortest and longest prompt cut from the data, in tokens
 DISTILL_BATCH = 128  # rows per batched decode: big enough for BLAS to pay, small enough for any target cache
+# (a GPU, launch-bound on a small target, writes text several times faster at 1,024: the recipes' --distill-batch)
 
 
 def greedy_continuations(
@@ -117,6 +118,7 @@ def cached_continuations(
     new_tokens: int = 224,
     seed: int = 0,
     progress: Optional[Callable[[float, int], None]] = None,
+    batch: Optional[int] = None,
 ) -> np.ndarray:
     """greedy_continuations, saved to cache_file (.npy, with a .json of its settings) and
     reused while the settings and the source length match, so a resumed run trains on
@@ -124,7 +126,7 @@ def cached_continuations(
     meta = {"sequences": sequences, "new_tokens": new_tokens, "seed": seed, "source_tokens": int(len(tokens)),
             "target": target_fingerprint(pair.target_path)}
     return _cached(cache_file, meta, lambda kept, on_batch: greedy_continuations(
-        pair, tokens, sequences, new_tokens=new_tokens, batch=DISTILL_BATCH, seed=seed, progress=progress,
+        pair, tokens, sequences, new_tokens=new_tokens, batch=batch or DISTILL_BATCH, seed=seed, progress=progress,
         kept=kept, on_batch=on_batch))
 
 
@@ -134,13 +136,14 @@ def cached_prompt_continuations(
     cache_file: Path,
     new_tokens: int = 224,
     progress: Optional[Callable[[float, int], None]] = None,
+    batch: Optional[int] = None,
 ) -> np.ndarray:
     """prompt_continuations, cached like cached_continuations (keyed by a hash of the prompts)."""
     digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
     meta = {"prompts": len(prompts), "prompts_sha256": digest, "new_tokens": new_tokens,
             "target": target_fingerprint(pair.target_path)}
     return _cached(cache_file, meta, lambda kept, on_batch: prompt_continuations(
-        pair, prompts, new_tokens=new_tokens, batch=DISTILL_BATCH, progress=progress, kept=kept,
+        pair, prompts, new_tokens=new_tokens, batch=batch or DISTILL_BATCH, progress=progress, kept=kept,
         on_batch=on_batch))
 
 
