@@ -125,6 +125,15 @@ def test_drafter_recipe_refuses_settings_it_cannot_run(tmp_path, capsys):
     assert "--distill-batch must be at least 1" in capsys.readouterr().err
 
 
+def test_drafter_cards_give_the_step_time_of_each_stage_that_ran():
+    """A drafter continued with --steps 0 has no stage 1; its card said '- and 0.03 s/step (stage by stage)'."""
+    import build_demo_drafter
+
+    assert build_demo_drafter.step_times([None, 0.03]) == "0.03 s/step (stage 2)"
+    assert build_demo_drafter.step_times([3.9, 0.5]) == "3.90 s/step (stage 1) and 0.50 s/step (stage 2)"
+    assert "resumed" in build_demo_drafter.step_times([None, None])
+
+
 def test_cards_say_where_training_ran():
     import mlx.core as mx
     from train_device import training_device

@@ -186,6 +186,14 @@ def _final(trainer: DrafterTrainer) -> str:
             f"teacher-forced tau estimate {last.get('tau_estimate')}")
 
 
+def step_times(seconds_per_step: list[Optional[float]]) -> str:
+    """'3.90 s/step (stage 2)': the stages that ran (a continued drafter's card said '- and 3.90 s/step')."""
+    ran = [(i + 1, r) for i, r in enumerate(seconds_per_step) if r is not None]
+    if not ran:
+        return "no steps run here (resumed at its end)"
+    return " and ".join(f"{r:.2f} s/step (stage {i})" for i, r in ran)
+
+
 def model_card(args, stages: list[tuple], corpus_tokens: int, result: Optional[dict],
                seconds_per_step: list[Optional[float]]) -> str:
     first, tokens = stages[0][:2]
@@ -213,7 +221,7 @@ A DFlash drafter for `{Path(args.target).name}`, trained with `dflash-playground
   {cfg['intermediate_size']}, block size {cfg['block_size']}, taps {cfg['dflash_config']['target_layer_ids']},
   mask token {cfg['dflash_config']['mask_token_id']}.
 {stage1_line(args, first, tokens)}{stage2}
-- Training: {" and ".join("-" if r is None else f"{r:.2f}" for r in seconds_per_step)} s/step (stage by stage) on
+- Training: {step_times(seconds_per_step)} on
   {training_device()}, OPENBLAS_NUM_THREADS={os.environ.get("OPENBLAS_NUM_THREADS", "1")}, nothing else running.
 
 {bench_section(args, result) if result is not None else NO_FIGURES}"""
