@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import engine  # noqa: E402  (optimised BLAS before MLX)
+import engine  # noqa: E402,F401  (optimised BLAS before MLX)
 from code_prompts import definition_prompts, line_prompts  # noqa: E402
 from corpus import HELD_OUT, load_corpus, python_version  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
