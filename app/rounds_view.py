@@ -121,7 +121,8 @@ def round_tooltip(r: RoundEvent, table) -> str:
     return (f"round {r.index} at position {r.position}\n"
             f"anchor {chip_text(table, r.anchor)} (id {r.anchor})\n"
             f"drafted{source}: {drafts}\n"
-            f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
+            + (f"why these drafts: {r.choice}\n" if r.choice else "")
+            + f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
             f"(id {r.bonus})\n"
             f"committed {len(r.committed)} tokens; draft {r.draft_ms:.2f} ms, verify {r.verify_ms:.2f} ms, "
             f"rollback {r.rollback_ms:.2f} ms"

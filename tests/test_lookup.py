@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.decode.lookup import LookupGate, LookupIndex, ShallowCopyJudge, common_prefix, draft_length
+from engine.decode.lookup import LookupGate, LookupIndex, CopyJudge, common_prefix, draft_length
 
 
 def _reference(seq: list[int], min_n: int, max_n: int, max_draft: int, cap: int):
@@ -276,7 +276,7 @@ def test_a_copy_agrees_with_a_round_for_their_common_prefix():
 
 
 def test_shallow_copies_are_judged_on_this_runs_evidence():
-    judge = ShallowCopyJudge(window=4, min_samples=3)
+    judge = CopyJudge(window=4, min_samples=3)
     judge.drafter_round(3)
     judge.copy_round(4)
     judge.copy_round(4)

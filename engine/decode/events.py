@@ -56,6 +56,8 @@ class RoundEvent:
     # (position) unless a draft window and sink keep less; None when nothing was drafted
     draft_context: Optional[int] = None
     source: Optional[str] = None  # who proposed the drafts ("drafter", ...); None when nothing was drafted
+    # with --lookup, where a copy was in reach: why the round verified the copy or the drafter's block
+    choice: Optional[str] = None
     unverified: list[int] = field(default_factory=list)  # drafts past the verified ones (older auto traces)
     # per verified draft (engine/decode/why.py): the drafter's and the target's probability of it, the
     # target's top-1 margin, and the rank of the target's choice in the drafter's distribution
@@ -134,6 +136,7 @@ _CHECKS = {
     "int": _is_int,
     "float": _is_number,
     "str": lambda v: isinstance(v, str),
+    "Optional[str]": lambda v: v is None or isinstance(v, str),
     "int | None": lambda v: v is None or _is_int(v),
     "Optional[int]": lambda v: v is None or _is_int(v),
     "float | None": lambda v: v is None or _is_number(v),

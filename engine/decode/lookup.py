@@ -229,27 +229,31 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-class ShallowCopyJudge:
-    """Whether DFlash rounds should verify a shallow copy (a match shallower than LONG_FROM) instead of
-    the drafter's block, from this run's own evidence.
+class CopyJudge:
+    """Whether DFlash rounds should verify a copy instead of the drafter's block, from this run's own
+    evidence: samples of the tokens each would commit a round, the latest `window` of each.
 
-    Deep copies always win a round (LookupThenDrafter); shallow ones are mostly boilerplate in code,
-    but in text that re-emits its context (a file edited in place, a table continued) the copy is
-    right again a token or two after each change, and the drafter, guessing fresh text, is not. So
-    every round with a shallow match is a sample: the tokens the copy committed, or, in a round the
-    drafter took, would have committed (`common_prefix` + 1, a lower bound); the drafter's rounds are
-    samples of what it commits. A shallow copy is taken while the recent copies' mean is at least
-    the drafter's: a copy round is the cheaper of the two (a few positions verified, no draft).
+    Two judges sit in LookupThenDrafter. For shallow copies (a match shallower than LONG_FROM), which
+    are mostly boilerplate in code, but in text that re-emits its context (a file edited in place, a
+    table continued) are right again a token or two after each change where the drafter, guessing
+    fresh text, is not: every round with a shallow match is a sample, the tokens the copy committed
+    or, in a round the drafter took, would have committed (`common_prefix` + 1, a lower bound); the
+    drafter's rounds are samples of what it commits. Before `min_samples` copies the drafter is
+    preferred (`prior` False): a copy round is cheaper, but a shallow match is weak evidence.
+    For deep copies whose first tokens the drafter's block contradicts: each such round is a sample
+    of both (the one verified exactly, the other as a lower bound from what was committed), and
+    before evidence the copy is preferred (`prior` True), as it always was: where the target really
+    copies, the copy runs on past the drafter's block.
     """
 
-    def __init__(self, window: int = 8, min_samples: int = 3):
-        self.window, self.min_samples = window, min_samples
+    def __init__(self, window: int = 8, min_samples: int = 3, prior: bool = False):
+        self.window, self.min_samples, self.prior = window, min_samples, prior
         self.copies: list[int] = []  # tokens committed per round, latest last
         self.drafter: list[int] = []
 
     def prefers_copy(self) -> bool:
         if len(self.copies) < self.min_samples:
-            return False
+            return self.prior
         if not self.drafter:
             return True
         return sum(self.copies) / len(self.copies) >= sum(self.drafter) / len(self.drafter)

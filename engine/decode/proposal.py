@@ -23,6 +23,7 @@ class Proposal:
     logits: Optional[mx.array]  # (T, V): the drafter's logits (DFlash2: before the selector's rescoring)
     selection: Any = None  # engine.models.drafter2.Selection for DFlash2
     source: str = "drafter"  # who proposed the drafts (engine/decode/proposers.py)
+    choice: Optional[str] = None  # why these drafts and not a copy (or the block) in reach: --lookup's rounds
 
 
 def propose(drafter, head, hidden: mx.array, anchor: int, sampler: Sampler) -> Proposal:

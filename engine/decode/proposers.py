@@ -21,8 +21,8 @@ from typing import Optional
 
 import mlx.core as mx
 
-from engine.decode.lookup import (LONG_FROM, LookupGate, LookupIndex, LookupMatch, ShallowCopyJudge, common_prefix,
-                                  draft_length)
+from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate, LookupIndex, LookupMatch,
+                                  common_prefix, draft_length)
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
@@ -129,56 +129,121 @@ class LookupProposer:
 
 
 class LookupThenDrafter:
-    """DFlash rounds that verify a copied span instead of the drafter's block where the copy runs
-    deep (at least lookup.LONG_FROM tokens already agree) and long drafts have not kept missing:
-    there a copy is usually right for longer than a block. A shallower copy is verified where this
-    run's shallow copies have committed at least as much as the drafter's blocks (ShallowCopyJudge).
-    Both keep their state every round."""
+    """DFlash rounds that verify a copied span instead of the drafter's block where the copy is worth
+    it. A copy is considered where it runs deep (at least lookup.LONG_FROM tokens already agree) or,
+    shallower, while this run's shallow copies have committed at least as much as the drafter's
+    blocks (`shallow_judge`). A considered copy is checked against the drafter's block, drafted
+    beside it: where one is a prefix of the other the longer is verified; where they part, the
+    judge of its kind decides from this run's evidence on such splits (`split_judge` for deep
+    copies: the copy until the evidence says otherwise). A target that renames a class or edits a
+    line as it re-emits a file parts from its context there, and a drafter that reads the target's
+    state mostly parts with it: a copy taken unchecked lost those rounds, and a judge that stopped
+    drafting once it preferred copies never saw the drafter improve. The check costs a draft in
+    rounds that consider a copy, except while a copy flows: after a long copy accepted in full, the next
+    deep copy is verified unchecked (the text is being re-emitted; a check would only agree). Both
+    proposers keep their state every round."""
 
     source = DRAFTER
     needs_taps = True
 
     def __init__(self, drafter: DrafterProposer, lookup: LookupProposer):
         self.drafter, self.lookup = drafter, lookup
-        self.judge = ShallowCopyJudge()
-        self.shallow: Optional[list[int]] = None  # this round's shallow copy, verified or not
+        self.shallow_judge = CopyJudge()
+        self.split_judge = CopyJudge(prior=True)
+        # this round's proposals the verify does not see, scored against what it commits
+        self.unverified_copy: Optional[list[int]] = None  # a shallow copy the drafter's block won over
+        self.unverified_block: Optional[list[int]] = None  # the block a shallow copy won over
+        self.split: Optional[tuple[list[int], list[int]]] = None  # a deep copy and a block that parted
         self.took_shallow = False
+        self.flowing = False  # the last round verified a long copy and accepted all of it
 
     def prefill(self) -> None:
         """Neither runs anything of its own over the prompt."""
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
+        """What each proposal would have committed is its common prefix with what was, plus one
+        (exact for the one verified, a lower bound for the other)."""
         self.drafter.observe(committed, taps)
         self.lookup.observe(committed, taps)
-        if self.shallow is not None and not self.took_shallow:  # the copy the drafter's round passed over
-            self.judge.copy_round(common_prefix(self.shallow, committed) + 1)
-        self.shallow = None
+        if self.unverified_copy is not None:
+            self.shallow_judge.copy_round(common_prefix(self.unverified_copy, committed) + 1)
+        if self.unverified_block is not None:
+            self.shallow_judge.drafter_round(common_prefix(self.unverified_block, committed) + 1)
+        if self.split is not None:
+            copy, block = self.split
+            self.split_judge.copy_round(common_prefix(copy, committed) + 1)
+            self.split_judge.drafter_round(common_prefix(block, committed) + 1)
+        self.unverified_copy = self.unverified_block = self.split = None
 
     def record(self, proposal: Proposal, accepted: int) -> None:
         self.lookup.record(proposal, accepted)
+        self.flowing = proposal.source == LOOKUP and accepted == proposal.drafts.size > SHORT_DRAFT
         if proposal.source == DRAFTER and proposal.drafts.size:
-            self.judge.drafter_round(accepted + 1)
+            self.shallow_judge.drafter_round(accepted + 1)
         elif self.took_shallow:
-            self.judge.copy_round(accepted + 1)
+            self.shallow_judge.copy_round(accepted + 1)
 
-    def takes_copy(self, found: Optional[tuple[LookupMatch, int]]) -> bool:
-        """Whether a match is verified instead of the drafter's block: deep, or shallow while the judge
-        prefers copies."""
-        return found is not None and (found[0].match_depth >= LONG_FROM or self.judge.prefers_copy())
+    def considers_copy(self, found: Optional[tuple[LookupMatch, int]]) -> bool:
+        """Whether a match is checked against the drafter's block: deep, or shallow while the shallow
+        judge prefers copies."""
+        return found is not None and (found[0].match_depth >= LONG_FROM or self.shallow_judge.prefers_copy())
 
     def copy_ready(self) -> bool:
-        """Whether a copy would be verified now (auto's plain steps end there)."""
-        return self.takes_copy(self.lookup.match(LOOKUP_MAX_DRAFT))
+        """Whether a copy would be considered now (auto's plain steps end there)."""
+        return self.considers_copy(self.lookup.match(LOOKUP_MAX_DRAFT))
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         found = self.lookup.match(room - 1)
-        takes = self.takes_copy(found)
         shallow = found is not None and found[0].match_depth < LONG_FROM
-        self.shallow = found[0].tokens[: found[1]] if shallow else None
-        self.took_shallow = shallow and takes
-        if takes:
-            return self.lookup.proposal(found)
-        return self.drafter.propose(anchor, length, position, room)
+        considered = self.considers_copy(found)
+        self.took_shallow = False
+        if considered and not shallow and self.flowing:
+            return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
+        block = self.drafter.propose(anchor, length, position, room)
+        if not considered:
+            if shallow:
+                self.unverified_copy = found[0].tokens[: found[1]]
+                if block.drafts.size:
+                    block.choice = "a shallow copy was in reach; this run's drafter commits more"
+            return block
+        chosen = self.checked_copy(found, block, shallow)
+        self.took_shallow = shallow and chosen.source == LOOKUP
+        return chosen
+
+    def copy(self, found: tuple[LookupMatch, int], why: str) -> Proposal:
+        proposal = self.lookup.proposal(found)
+        proposal.choice = why
+        return proposal
+
+    def checked_copy(self, found: tuple[LookupMatch, int], block: Proposal, shallow: bool) -> Proposal:
+        """A considered copy against the drafter's block: the longer where one is a prefix of the
+        other, else the judge's choice. The block's tokens are compared at T = 0, its logits' argmax
+        at T > 0: the choice must not depend on what the drafter sampled, or a block verified would
+        be drawn from q cut where it meets the copy and acceptance's p / q would no longer hold."""
+        n = block.drafts.size
+        if n == 0:  # auto chose a plain step here: the copy is the round's only draft
+            return self.copy(found, "auto would have stepped plainly here")
+        guide = (block.drafts if self.drafter.sampler.s.greedy else mx.argmax(block.logits, axis=-1)).tolist()
+        match, length = found
+        copy = match.tokens[:length]
+        agree = common_prefix(copy, guide)
+        if agree >= min(n, length):  # one is a prefix of the other
+            if n >= length:
+                self.unverified_copy = copy if shallow else None
+                block.choice = "the block holds the copy and drafts further"
+                return block
+            self.unverified_block = guide if shallow else None
+            return self.copy(found, "the drafter's block agrees with the copy, which runs further")
+        parted = f"copy and block part at draft {agree + 1}"
+        if shallow:  # considered: the shallow judge prefers copies
+            self.unverified_block = guide
+            return self.copy(found, f"{parted}; this run's shallow copies commit at least as much")
+        self.split = (copy, guide)
+        if self.split_judge.prefers_copy():
+            evidence = "this run's splits favour the copy" if self.split_judge.copies else "no split seen yet: a deep copy first"
+            return self.copy(found, f"{parted}; {evidence}")
+        block.choice = f"{parted}; this run's splits favour the drafter"
+        return block
 
     def context_width(self) -> int:
         return self.drafter.context_width()

@@ -165,7 +165,7 @@ class SpeculativeDecoder(Decoder):
             bonus_kind=PLAIN if plain else ("bonus" if accepted == len(drafted) else "correction"),
             committed=committed, generated=len(self.out.tokens), verified=len(drafted) + 1,
             draft_context=self.proposer.context_width() if drafted and proposal.source == DRAFTER else None,
-            source=proposal.source if drafted else None)
+            source=proposal.source if drafted else None, choice=proposal.choice)
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
         """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
