@@ -19,7 +19,7 @@ BLOCK = 5  # the round's verify length: the block drafts 4
 
 @pytest.fixture
 def rounds(oracle_dirs, oracle_ids):
-    """A LookupThenDrafter over the oracle drafter, and its block for the next round."""
+    """make(temperature): a LookupThenDrafter over the oracle drafter."""
     pair = load_pair(*oracle_dirs)
 
     def make(temperature: float = 0.0) -> LookupThenDrafter:
@@ -63,6 +63,9 @@ def test_deep_copies_the_target_leaves_are_passed_over_once_the_drafter_proves_r
         chosen.append(proposal.source)
         proposer.observe([second] * BLOCK, None)  # the target wrote what the drafter drafted
     assert chosen == [LOOKUP, LOOKUP, LOOKUP, DRAFTER]
+    fresh = rounds()
+    first = fresh.checked_copy(wrong, block_of(fresh, second), shallow=False)
+    assert first.choice == "copy and block part at draft 2; too few splits seen yet: the copy"
     assert proposal.choice == "copy and block part at draft 2; this run's splits favour the drafter"
     assert proposer.split_judge.copies == [2, 2, 2, 2] and proposer.split_judge.drafter == [5, 5, 5, 5]
 
@@ -106,10 +109,14 @@ def test_while_shallow_copies_are_preferred_the_drafter_is_still_heard(rounds, o
             break
         proposal = proposer.checked_copy(shallow, block_of(proposer, second), shallow=True)
         taken.append(proposal.source)
-        proposer.record(proposal, accepted=2)
         proposer.observe([second] * 3, None)  # the copy's two, then the target's `second`
+        proposer.record(proposal, accepted=2)
     assert taken and set(taken) == {LOOKUP}
-    assert not proposer.shallow_judge.prefers_copy()  # the drafter's blocks would have committed 3+
+    judge = proposer.shallow_judge
+    assert judge.copies[-len(taken):] == [3] * len(taken)  # each copy taken is scored once, as verified
+    assert len(judge.copies) == min(judge.window, 3 + len(taken))
+    assert judge.drafter[-len(taken):] == [4] * len(taken)  # and the block beside it, as it would have done
+    assert not judge.prefers_copy()
 
 
 def test_a_flowing_copy_is_verified_without_drafting_a_block_beside_it(alternating_dirs, oracle_ids, monkeypatch):
@@ -132,6 +139,19 @@ def test_a_flowing_copy_is_verified_without_drafting_a_block_beside_it(alternati
     assert len(copies) >= 4 and all(r.accepted == len(r.drafted) for r in copies)
     assert len(drafted) <= len(calls) <= len(drafted) + 1  # one check before the first long copy
     assert all(r.choice.startswith("a copy flowing") for r in copies[1:])  # the window's tooltip says why
+
+
+def test_a_plain_step_ends_a_flowing_copy(rounds, oracle_ids):
+    """Only a round's own long copy accepted in full lets the next deep copy through unchecked: after
+    a plain step (observed, never recorded) the next deep copy is checked again."""
+    second = oracle_ids[1]
+    proposer = rounds()
+    copy = proposer.checked_copy(copy_of([second] * 12, LONG_FROM + 2), block_of(proposer, second), shallow=False)
+    proposer.observe([second] * 13, None)
+    proposer.record(copy, accepted=12)
+    assert proposer.flowing
+    proposer.observe([second], None)  # a plain step
+    assert not proposer.flowing
 
 
 def test_why_a_round_took_its_drafts_travels_in_traces(alternating_dirs, oracle_ids):

@@ -61,12 +61,17 @@ def test_lookup_mode_refuses_what_it_cannot_take(qwen3_pair):
         GenerationSettings(mode="copy").resolved(qwen3_pair)
 
 
-@pytest.mark.parametrize("mode, extra", [("lookup", {}), ("dflash", {"lookup": True, "block_size": 4})])
-def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra):
+@pytest.mark.parametrize("mode, extra, splits_to", [("lookup", {}, None),
+                                                    ("dflash", {"lookup": True, "block_size": 4}, "copy"),
+                                                    ("dflash", {"lookup": True, "block_size": 4}, "drafter")])
+def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra, splits_to):
     """A copy has no distribution of its own: verified with q one-hot on it, the first two tokens are
     distributed as AR's. A random target rarely copies, so every round here is offered a deep
-    'copy' of the greedy continuation (likely tokens, often accepted, sometimes not)."""
-    from engine.decode.lookup import LookupMatch
+    'copy' of the greedy continuation (likely tokens, often accepted, sometimes not). In DFlash
+    rounds the copy is checked against the random drafter's block, which parts from it: the split
+    goes to the copy (as before any evidence) or, with the judge made to prefer the drafter, to the
+    block, whose drafts were sampled beside a copy they were compared to only by their argmax."""
+    from engine.decode.lookup import CopyJudge, LookupMatch
     from engine.decode.proposers import LookupProposer
 
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[1], chat=False)
@@ -78,8 +83,10 @@ def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra):
         return (LookupMatch(tokens, 5, 20, 0), min(limit, len(tokens))) if tokens and limit > 0 else None
 
     monkeypatch.setattr(LookupProposer, "match", match)
+    if splits_to == "drafter":
+        monkeypatch.setattr(CopyJudge, "prefers_copy", lambda self: False)
     samples = {"ar": Counter(), mode: Counter()}
-    copied = accepted = 0
+    copied = accepted = blocks = 0
     for seed in range(300):
         sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
         ar, _ = run(qwen3_pair, ids, mode="ar", sampling=sampling, max_tokens=3)
@@ -89,7 +96,11 @@ def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra):
         copies = [r for r in rounds if r.source == "lookup"]
         copied += bool(copies)
         accepted += any(r.accepted for r in copies)
-    assert copied == 300 and 20 < accepted < 280  # every run verified a copy; some kept, some not
+        blocks += any(r.source == "drafter" and r.choice.startswith("copy and block part") for r in rounds)
+    if splits_to == "drafter":
+        assert blocks == 300  # every run verified a block the copy was checked against
+    else:
+        assert copied == 300 and 20 < accepted < 280  # every run verified a copy; some kept, some not
     assert_same_distribution(samples)
 
 

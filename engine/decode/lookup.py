@@ -251,8 +251,13 @@ class CopyJudge:
         self.copies: list[int] = []  # tokens committed per round, latest last
         self.drafter: list[int] = []
 
+    @property
+    def has_evidence(self) -> bool:
+        """Whether prefers_copy() weighs samples (else it answers with the prior)."""
+        return len(self.copies) >= self.min_samples
+
     def prefers_copy(self) -> bool:
-        if len(self.copies) < self.min_samples:
+        if not self.has_evidence:
             return self.prior
         if not self.drafter:
             return True

@@ -138,10 +138,14 @@ class LookupThenDrafter:
     copies: the copy until the evidence says otherwise). A target that renames a class or edits a
     line as it re-emits a file parts from its context there, and a drafter that reads the target's
     state mostly parts with it: a copy taken unchecked lost those rounds, and a judge that stopped
-    drafting once it preferred copies never saw the drafter improve. The check costs a draft in
-    rounds that consider a copy, except while a copy flows: after a long copy accepted in full, the next
-    deep copy is verified unchecked (the text is being re-emitted; a check would only agree). Both
-    proposers keep their state every round."""
+    drafting once it preferred copies never saw the drafter improve.
+
+    The check costs a draft, awaited before the verify is built (no overlap with it), in rounds
+    that consider a copy, except while a copy flows: after a long copy accepted in full, the next
+    deep copy is verified unchecked (the text is being re-emitted; a check would only agree).
+    The shallow judge's drafter samples come from rounds without a deep copy in reach, as before
+    the check: a block verified where a deep copy agreed with it is no sample of plain drafting.
+    Both proposers keep their state every round."""
 
     source = DRAFTER
     needs_taps = True
@@ -154,15 +158,16 @@ class LookupThenDrafter:
         self.unverified_copy: Optional[list[int]] = None  # a shallow copy the drafter's block won over
         self.unverified_block: Optional[list[int]] = None  # the block a shallow copy won over
         self.split: Optional[tuple[list[int], list[int]]] = None  # a deep copy and a block that parted
-        self.took_shallow = False
+        self.took_shallow = False  # this round verifies a shallow copy
+        self.deep = False  # this round had a deep copy in reach
         self.flowing = False  # the last round verified a long copy and accepted all of it
 
     def prefill(self) -> None:
         """Neither runs anything of its own over the prompt."""
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
-        """What each proposal would have committed is its common prefix with what was, plus one
-        (exact for the one verified, a lower bound for the other)."""
+        """What each proposal would have committed is its common prefix with what was, plus one (a
+        lower bound for the one not verified; for a block at T > 0, its argmax stands for it)."""
         self.drafter.observe(committed, taps)
         self.lookup.observe(committed, taps)
         if self.unverified_copy is not None:
@@ -174,11 +179,13 @@ class LookupThenDrafter:
             self.split_judge.copy_round(common_prefix(copy, committed) + 1)
             self.split_judge.drafter_round(common_prefix(block, committed) + 1)
         self.unverified_copy = self.unverified_block = self.split = None
+        self.flowing = False  # a round sets it again in record(); a plain step leaves it off
 
     def record(self, proposal: Proposal, accepted: int) -> None:
+        """After observe(), in a round (plain steps are observed only)."""
         self.lookup.record(proposal, accepted)
         self.flowing = proposal.source == LOOKUP and accepted == proposal.drafts.size > SHORT_DRAFT
-        if proposal.source == DRAFTER and proposal.drafts.size:
+        if proposal.source == DRAFTER and proposal.drafts.size and not self.deep:
             self.shallow_judge.drafter_round(accepted + 1)
         elif self.took_shallow:
             self.shallow_judge.copy_round(accepted + 1)
@@ -196,19 +203,19 @@ class LookupThenDrafter:
         found = self.lookup.match(room - 1)
         shallow = found is not None and found[0].match_depth < LONG_FROM
         considered = self.considers_copy(found)
-        self.took_shallow = False
-        if considered and not shallow and self.flowing:
+        self.took_shallow, self.deep = False, found is not None and not shallow
+        if self.deep and self.flowing:
             return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
         block = self.drafter.propose(anchor, length, position, room)
         if not considered:
             if shallow:
                 self.unverified_copy = found[0].tokens[: found[1]]
                 if block.drafts.size:
-                    block.choice = "a shallow copy was in reach; this run's drafter commits more"
+                    judge = self.shallow_judge
+                    block.choice = ("a shallow copy was in reach; " + ("this run's drafter commits more"
+                                    if judge.has_evidence else "too few shallow copies seen yet to take one"))
             return block
-        chosen = self.checked_copy(found, block, shallow)
-        self.took_shallow = shallow and chosen.source == LOOKUP
-        return chosen
+        return self.checked_copy(found, block, shallow)
 
     def copy(self, found: tuple[LookupMatch, int], why: str) -> Proposal:
         proposal = self.lookup.proposal(found)
@@ -218,8 +225,9 @@ class LookupThenDrafter:
     def checked_copy(self, found: tuple[LookupMatch, int], block: Proposal, shallow: bool) -> Proposal:
         """A considered copy against the drafter's block: the longer where one is a prefix of the
         other, else the judge's choice. The block's tokens are compared at T = 0, its logits' argmax
-        at T > 0: the choice must not depend on what the drafter sampled, or a block verified would
-        be drawn from q cut where it meets the copy and acceptance's p / q would no longer hold."""
+        at T > 0 (DFlash2: the head's, before the selector's rescoring): the choice must not depend
+        on what the drafter sampled, or a block verified would be drawn from q cut where it meets
+        the copy and acceptance's p / q would no longer hold."""
         n = block.drafts.size
         if n == 0:  # auto chose a plain step here: the copy is the round's only draft
             return self.copy(found, "auto would have stepped plainly here")
@@ -230,17 +238,19 @@ class LookupThenDrafter:
         if agree >= min(n, length):  # one is a prefix of the other
             if n >= length:
                 self.unverified_copy = copy if shallow else None
-                block.choice = "the block holds the copy and drafts further"
+                block.choice = "the block holds the copy" + (" and drafts further" if n > length else "")
                 return block
             self.unverified_block = guide if shallow else None
+            self.took_shallow = shallow
             return self.copy(found, "the drafter's block agrees with the copy, which runs further")
         parted = f"copy and block part at draft {agree + 1}"
         if shallow:  # considered: the shallow judge prefers copies
-            self.unverified_block = guide
+            self.unverified_block, self.took_shallow = guide, True
             return self.copy(found, f"{parted}; this run's shallow copies commit at least as much")
         self.split = (copy, guide)
-        if self.split_judge.prefers_copy():
-            evidence = "this run's splits favour the copy" if self.split_judge.copies else "no split seen yet: a deep copy first"
+        judge = self.split_judge
+        if judge.prefers_copy():
+            evidence = "this run's splits favour the copy" if judge.has_evidence else "too few splits seen yet: the copy"
             return self.copy(found, f"{parted}; {evidence}")
         block.choice = f"{parted}; this run's splits favour the drafter"
         return block
