@@ -8,7 +8,8 @@ an attribute renamed everywhere. The `ordinary-*` prompts are code that does not
 the no-regression check. All were written by hand for the set (none comes from the standard
 library or the synthetic corpus the demo target was trained on) and committed before this check
 ran or any lookup setting was tuned; they are never edited after. (The prompts live in the JSONL
-only: as Python constants they would make this file three times the house limit.)
+only: as Python constants they would make this file three times the house limit.) Lookup settings
+are tuned on `copy_tune_prompts.jsonl` (`--prompts`), ten more written the same way.
 
     python resources/models/recipe/make_copy_prompts.py [--target T] [--max-tokens 96] [--json]
 
