@@ -240,8 +240,8 @@ class CopyJudge:
     or, in a round the drafter took, would have committed (`common_prefix` + 1, a lower bound); the
     drafter's rounds are samples of what it commits. Before `min_samples` copies the drafter is
     preferred (`prior` False): a copy round is cheaper, but a shallow match is weak evidence.
-    For deep copies whose first tokens the drafter's block contradicts: each such round is a sample
-    of both (the one verified exactly, the other as a lower bound from what was committed), and
+    For deep copies the drafter's block parts from (a split): each split is a sample of both (the
+    one verified exactly, the other as a lower bound from what was committed), and
     before evidence the copy is preferred (`prior` True), as it always was: where the target really
     copies, the copy runs on past the drafter's block.
     """

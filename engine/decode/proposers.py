@@ -250,8 +250,8 @@ class LookupThenDrafter:
         self.split = (copy, guide)
         judge = self.split_judge
         if judge.prefers_copy():
-            evidence = "this run's splits favour the copy" if judge.has_evidence else "too few splits seen yet: the copy"
-            return self.copy(found, f"{parted}; {evidence}")
+            why = "this run's splits favour the copy" if judge.has_evidence else "too few splits seen yet: the copy"
+            return self.copy(found, f"{parted}; {why}")
         block.choice = f"{parted}; this run's splits favour the drafter"
         return block
 
