@@ -161,5 +161,8 @@ def test_why_a_round_took_its_drafts_travels_in_traces(alternating_dirs, oracle_
     _, rounds = run(load_pair(*alternating_dirs), [7, 8, oracle_ids[0]], max_tokens=60, lookup=True)
     r = next(r for r in rounds if r.choice)
     assert from_dict(to_dict(r)) == r
+    from app.rounds_view import round_tooltip
+
+    assert f"\nwhy these drafts: {r.choice}\naccepted {r.accepted} of" in round_tooltip(r, None)  # the window says it
     with pytest.raises(ValueError, match="'choice' = 3"):
         from_dict(to_dict(r) | {"choice": 3})
