@@ -5,6 +5,8 @@ drafts `second` at every block position, and what the target commits is given ro
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 
 from engine.decode.lookup import LONG_FROM, CopyJudge, LookupMatch
@@ -22,10 +24,10 @@ def rounds(oracle_dirs, oracle_ids):
     """make(temperature): a LookupThenDrafter over the oracle drafter."""
     pair = load_pair(*oracle_dirs)
 
-    def make(temperature: float = 0.0) -> LookupThenDrafter:
+    def make(temperature: float = 0.0, prompt: Optional[list[int]] = None) -> LookupThenDrafter:
         settings = GenerationSettings(sampling=SamplingSettings(temperature=temperature, seed=3))
         sampler = Sampler(settings.sampling)
-        prompt = [5, 6, oracle_ids[0]]
+        prompt = prompt or [5, 6, oracle_ids[0]]
         return LookupThenDrafter(DrafterProposer(pair, settings, sampler),
                                  LookupProposer(prompt, pair.head.vocab_size, sampler))
     return make
@@ -166,3 +168,37 @@ def test_why_a_round_took_its_drafts_travels_in_traces(alternating_dirs, oracle_
     assert f"\nwhy these drafts: {r.choice}\naccepted {r.accepted} of" in round_tooltip(r, None)  # the window says it
     with pytest.raises(ValueError, match="'choice' = 3"):
         from_dict(to_dict(r) | {"choice": 3})
+
+
+def test_plain_steps_score_shallow_copies_and_end_once_they_pay(rounds):
+    """Auto's plain steps propose nothing, so a shallow match seen between them is a probe: scored
+    against the tokens the next steps commit, as a round verifying it would have committed. Once
+    probes have paid, a shallow match is a copy worth a round (copy_ready ends the stretch)."""
+    proposer = rounds(prompt=[5, 6, 7, 9, 11, 5, 6])
+    step(proposer, 7)  # (5, 6, 7) was seen: the probe copies 9, 11, 5, 6
+    assert proposer.probe == ([9, 11, 5, 6], [])
+    for token in (9, 3):  # the steps part from it at its second token
+        step(proposer, token)
+    assert proposer.shallow_judge.copies == [2] and proposer.probe is None
+    proposer = rounds(prompt=[5, 6, 7, 9, 11, 5, 6])
+    for token in (7, 9, 11, 5, 6):  # the steps follow it all the way
+        step(proposer, token)
+    assert proposer.shallow_judge.copies[0] == 5
+
+    # three snippets, each re-emitted up to a changed last token: each probe commits 3 + 1
+    proposer = rounds(prompt=[1, 2, 3, 4, 5, 50, 11, 12, 13, 14, 15, 51, 21, 22, 23, 24, 25, 52])
+    for snippet in ((1, 2, 3, 4, 5, 60), (11, 12, 13, 14, 15, 61), (21, 22)):
+        for token in snippet:
+            step(proposer, token)
+    assert proposer.shallow_judge.copies == [4, 4]
+    assert not proposer.copy_ready()  # a shallow match, but two probes are no evidence yet
+    for token in (23, 24, 25, 62, 1, 2):
+        step(proposer, token)
+    assert proposer.shallow_judge.copies == [4, 4, 4]
+    assert proposer.copy_ready()  # now a shallow match ends the stretch: a round verifies it
+
+
+def step(proposer: LookupThenDrafter, token: int) -> None:
+    """What auto's plain step tells the proposer (engine/decode/speculative.py plain_steps)."""
+    proposer.observe([token], None)
+    proposer.stepped([token])

@@ -12,7 +12,8 @@ A proposer is what the round loop (engine/decode/speculative.py) asks for drafts
 - `needs_taps`: whether the verify records the target's taps; `source`: its name in round events
   and traces;
 - optionally `copy_ready()`: whether it would verify a copy now (DFlash rounds with lookup), so
-  auto's plain steps end there.
+  auto's plain steps end there, and `stepped(committed)`: a plain step committed these (after
+  observe()), for what it learns between rounds.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ class LookupThenDrafter:
     deep copy is verified unchecked (the text is being re-emitted; a check would only agree).
     The shallow judge's drafter samples come from rounds without a deep copy in reach, as before
     the check: a block verified where a deep copy agreed with it is no sample of plain drafting.
+    Its copy samples come from rounds and, during auto's plain steps, from probes: a shallow match
+    seen between steps is scored against the tokens the next steps commit, so a stretch of plain
+    steps through text that repeats itself ends once shallow copies have shown they pay (without
+    probes the judge heard nothing there, and lookup alone beat DFlash + lookup).
     Both proposers keep their state every round."""
 
     source = DRAFTER
@@ -161,6 +166,7 @@ class LookupThenDrafter:
         self.took_shallow = False  # this round verifies a shallow copy
         self.deep = False  # this round had a deep copy in reach
         self.flowing = False  # the last round verified a long copy and accepted all of it
+        self.probe: Optional[tuple[list[int], list[int]]] = None  # plain steps: a shallow copy, what followed
 
     def prefill(self) -> None:
         """Neither runs anything of its own over the prompt."""
@@ -180,6 +186,22 @@ class LookupThenDrafter:
             self.split_judge.drafter_round(common_prefix(block, committed) + 1)
         self.unverified_copy = self.unverified_block = self.split = None
         self.flowing = False  # a round sets it again in record(); a plain step leaves it off
+
+    def stepped(self, committed: list[int]) -> None:
+        """Auto's plain step committed `committed` (after observe()): score the probe once the steps
+        part from its copy or cover it (exactly what a round verifying it would have committed),
+        then probe the next shallow match."""
+        if self.probe is not None:
+            copy, seen = self.probe
+            seen += committed
+            agreed = common_prefix(copy, seen)
+            if agreed < len(seen) or agreed == len(copy):
+                self.shallow_judge.copy_round(agreed + 1)
+                self.probe = None
+        if self.probe is None:
+            found = self.lookup.match(LOOKUP_MAX_DRAFT)
+            if found is not None and found[0].match_depth < LONG_FROM:
+                self.probe = (found[0].tokens[: found[1]], [])
 
     def record(self, proposal: Proposal, accepted: int) -> None:
         """After observe(), in a round (plain steps are observed only)."""
@@ -204,6 +226,7 @@ class LookupThenDrafter:
         shallow = found is not None and found[0].match_depth < LONG_FROM
         considered = self.considers_copy(found)
         self.took_shallow, self.deep = False, found is not None and not shallow
+        self.probe = None  # a round scores its own copies
         if self.deep and self.flowing:
             return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
         block = self.drafter.propose(anchor, length, position, room)
@@ -230,6 +253,7 @@ class LookupThenDrafter:
         the copy and acceptance's p / q would no longer hold."""
         n = block.drafts.size
         if n == 0:  # auto chose a plain step here: the copy is the round's only draft
+            self.took_shallow = shallow
             return self.copy(found, "auto would have stepped plainly here")
         guide = (block.drafts if self.drafter.sampler.s.greedy else mx.argmax(block.logits, axis=-1)).tolist()
         match, length = found

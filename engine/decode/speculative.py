@@ -199,6 +199,8 @@ class SpeculativeDecoder(Decoder):
             token = int(token_array.item())
             committed, _ = self.out.add_many([token])
             self.proposer.observe(committed, taps)
+            if watch:
+                self.proposer.stepped(committed)
             if more and watch and self.copy_ready():
                 ending = True
             self.verify_length.skipped()
