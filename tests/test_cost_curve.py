@@ -60,6 +60,32 @@ def test_calibrate_command(qwen3_tied_dirs, capsys):
     assert err.startswith("error: repeats 0") and len(err.splitlines()) == 1
 
 
+def test_more_sweeps_take_the_repeats_then_what_fits_in_the_budget():
+    assert cc.more_sweeps(0, 3, 0.0, 0.0) and cc.more_sweeps(2, 3, 99.0, 0.0)  # the repeats asked for, always
+    assert not cc.more_sweeps(3, 3, 0.3, 0.0)  # no budget: the repeats only
+    assert cc.more_sweeps(3, 3, 3.0, 4.0)  # three sweeps in 3 s: a fourth ends at 4 s, within 4 s
+    assert not cc.more_sweeps(3, 3, 3.3, 4.0)  # ...but not at 4.4 s
+    assert cc.more_sweeps(8, 3, 0.8, 100.0) and not cc.more_sweeps(9, 3, 0.9, 100.0)  # at most 3 x repeats
+
+
+def test_sweeps_past_the_repeats_are_counted_and_progress_jumps_a_depth_that_ends_early(qwen3_pair, monkeypatch):
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    steps = cc.measure_steps(qwen3_pair, block=3, repeats=2, budget_s=0.0)
+    seen = []
+    while True:
+        try:
+            seen.append(next(steps))
+        except StopIteration as stop:
+            curve = stop.value
+            break
+    most = cc.EXTRA_SWEEPS * 2
+    assert seen == [(1, 2 * most), (2, 2 * most), (most, 2 * most), (most + 1, 2 * most), (most + 2, 2 * most),
+                    (2 * most, 2 * most)]
+    assert [p.sweeps for p in curve.points()] == [2, 2] and curve.repeats == 2
+    roomy = cc.measure(qwen3_pair, block=3, repeats=2, budget_s=1e9)  # a tiny model: every extra sweep fits
+    assert [p.sweeps for p in roomy.points()] == [most, most]
+
+
 @pytest.mark.parametrize("block", [0, 65])
 def test_absurd_blocks_are_refused(qwen3_pair, block):
     from engine.errors import DFlashError
@@ -157,7 +183,9 @@ def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_noti
     assert not list(tmp_path.rglob("*.json"))  # nothing cached from a stopped measurement
     events = list(generate(qwen3_pair, [5, 6, 7], settings))
     progress = [e for e in events if isinstance(e, CalibrationEvent)]
-    assert [(e.done, e.total) for e in progress] == [(i, 6) for i in range(1, 7)]  # 2 depths x 3 repeats
+    # 2 depths x up to 9 sweeps (3 repeats, more while they fit in the budget): counts rise to the end
+    assert [e.total for e in progress] == [2 * cc.EXTRA_SWEEPS * 3] * len(progress)
+    assert [e.done for e in progress] == sorted({e.done for e in progress}) and progress[-1].done == progress[-1].total
     assert events[-1].num_generated == 8
     again = list(generate(qwen3_pair, [5, 6, 7], settings))
     assert not any(isinstance(e, CalibrationEvent) for e in again)  # cached now
@@ -177,12 +205,12 @@ def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, 
             "--block-size", "auto", "--json"]
     assert cli(argv) == 0
     err = capsys.readouterr().err
-    assert "auto verify length: this machine's cost curve for this pair, measured 6/6" in err
-    assert "measured 6/6, done" in err
+    assert "auto verify length: this machine's cost curve for this pair, measured 18/18" in err
+    assert "measured 18/18, done" in err
     assert cli(argv) == 0
     assert "cost curve" not in capsys.readouterr().err  # cached: nothing to say
     assert cli(["parity", *argv[1:-1], "--draft-window", "32", "--json"]) == 0  # another drafter context
-    assert "measured 6/6" in capsys.readouterr().err
+    assert "measured 18/18" in capsys.readouterr().err
 
 
 def test_an_unwritable_cache_costs_one_measurement_per_process(qwen3_pair, monkeypatch, tmp_path):

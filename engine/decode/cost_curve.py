@@ -12,8 +12,13 @@ putting the caches back (engine/models/cache_state.py) and by a single-token AR 
 figure is used as a ratio to the AR step's median, so one busy moment must not move it: with one
 AR step a repeat, the demo target's step at 1,536 tokens once measured 24.7 ms for 13); as many
 drafts (the drafter's context kept as the run's draft window and sink keep it); the median
-of each. `at(depth)` interpolates between depths (linearly; past the deepest, along its last
-segment). Cached per target and drafter files, block, window, device and BLAS in the user cache.
+of each. Past the `repeats` sweeps asked for, a depth takes more (up to EXTRA_SWEEPS times as
+many) while they fit in SWEEP_BUDGET_S, and auto's choices hang on these figures: on this 2-core
+VM, six calibrations of the demo pair each way, 3 sweeps against the budget's 6/5/4 (15 s -> 21 s),
+put a verify of 4 at depth 32 at 1.08-1.26 AR steps against 1.17-1.24, and the spread of a verify
+of 2, 4, 8, 16 at the three depths fell from 0.051 to 0.042 AR steps (mean sd). A model whose
+sweep takes seconds gets its `repeats`, as before. `at(depth)` interpolates between depths
+(linearly; past the deepest, along its last segment). Cached per target and drafter files, block, window, device and BLAS in the user cache.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ class CalibrationCancelled(DFlashError):
 
 CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
 DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
-SCHEMA = 4  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify
+SCHEMA = 5  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify; 5: sweeps
+SWEEP_BUDGET_S = 6.0  # a depth's sweeps go on past `repeats` while the next one fits in this (seconds)...
+EXTRA_SWEEPS = 3  # ...up to this many times `repeats`
 
 
 @dataclass
@@ -61,6 +68,7 @@ class DepthPoint:
     ar_step_ms: float
     verify_ms: list[float]
     draft_by_length_ms: Optional[list[float]] = None
+    sweeps: int = 0  # how many sweeps the medians are of
 
 
 @dataclass
@@ -81,10 +89,11 @@ class CostCurve:
     deeper: list[DepthPoint] = field(default_factory=list)  # the same at further depths, ascending
     draft_window: int = 0  # the drafter's context as the drafts were measured (settings' draft window)
     draft_sink: int = 0
+    sweeps: int = 0  # the base depth's sweeps (`repeats` or more: SWEEP_BUDGET_S)
 
     def points(self) -> list[DepthPoint]:
         """Every depth measured, the base first."""
-        base = DepthPoint(self.context, self.ar_step_ms, self.verify_ms, self.draft_by_length_ms)
+        base = DepthPoint(self.context, self.ar_step_ms, self.verify_ms, self.draft_by_length_ms, self.sweeps)
         return [base] + list(self.deeper)
 
     def at(self, depth: int) -> "CostCurve":
@@ -189,9 +198,17 @@ def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, w
     return time.perf_counter() - t0
 
 
+def more_sweeps(done: int, repeats: int, elapsed_s: float, budget_s: float) -> bool:
+    """Whether a depth takes another sweep: always up to `repeats`, then while the next (taking as
+    long as the mean so far) fits in `budget_s`, up to EXTRA_SWEEPS x repeats."""
+    if done < repeats:
+        return True
+    return done < EXTRA_SWEEPS * repeats and elapsed_s * (done + 1) / done <= budget_s
+
+
 def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, window: int, sink: int,
-                   cancel: CancelToken) -> Iterator[None]:
-    """Yields after each repeat; returns the depth's DepthPoint."""
+                   cancel: CancelToken, budget_s: float) -> Iterator[None]:
+    """Yields after each sweep; returns the depth's DepthPoint."""
     cache = make_target_cache(pair.target)
     ids = _ids(pair, depth + block)
     _, context = prefill(pair, cache, ids[:depth], record_taps=pair.taps is not None)
@@ -201,7 +218,8 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
     verify: list[list[float]] = [[] for _ in range(block)]
     ar: list[float] = []
     draft: list[list[float]] = [[] for _ in range(block)]
-    for _ in range(repeats):
+    sweeps, start = 0, time.perf_counter()
+    while more_sweeps(sweeps, repeats, time.perf_counter() - start, budget_s):
         for length in range(1, block + 1):
             if cancel.cancelled:
                 raise CalibrationCancelled("calibration was cancelled.")
@@ -211,9 +229,10 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
         if pair.drafter is not None:
             for length in range(2, block + 1):
                 draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink))
+        sweeps += 1
         yield
     return DepthPoint(depth, _median_ms(ar), [_median_ms(v) for v in verify],
-                      [0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None)
+                      [0.0] + [_median_ms(d) for d in draft[1:]] if draft[-1] else None, sweeps)
 
 
 def depths_for(pair: LoadedPair, block: int) -> list[int]:
@@ -230,18 +249,24 @@ def _check(block: int, repeats: int) -> None:
 
 
 def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0,
-                  sink: int = 0, cancel: Optional[CancelToken] = None) -> Iterator[tuple[int, int]]:
-    """measure() as a generator: yields (steps done, steps in all) after each repeat at each depth,
-    returns the curve. Raises CalibrationCancelled when `cancel` stops it."""
+                  sink: int = 0, cancel: Optional[CancelToken] = None,
+                  budget_s: Optional[float] = None) -> Iterator[tuple[int, int]]:
+    """measure() as a generator: yields (steps done, steps in all) after each sweep at each depth
+    (a depth counts as its most sweeps, EXTRA_SWEEPS x repeats: one that ends sooner jumps to its
+    end), returns the curve. Raises CalibrationCancelled when `cancel` stops it."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)
     cancel = cancel or CancelToken()
+    budget_s = SWEEP_BUDGET_S if budget_s is None else budget_s
     depths = depths_for(pair, block)
+    most = EXTRA_SWEEPS * repeats
     points = []
     with mx.stream(STREAM):
         for depth in depths:
-            steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel)
-            points.append((yield from _counted(steps, len(points) * repeats, len(depths) * repeats)))
+            steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel, budget_s)
+            points.append((yield from _counted(steps, len(points) * most, len(depths) * most)))
+            if points[-1].sweeps < most:
+                yield len(points) * most, len(depths) * most
         device = str(mx.default_device())
     base, *deeper = points
     return fitted(CostCurve(
@@ -249,7 +274,7 @@ def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int
         repeats=repeats, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
         draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else None, measured_at=time.time(),
         draft_by_length_ms=base.draft_by_length_ms, context=base.depth, deeper=deeper,
-        draft_window=window, draft_sink=sink,
+        draft_window=window, draft_sink=sink, sweeps=base.sweeps,
     ))
 
 
@@ -267,11 +292,11 @@ def _counted(steps: Iterator[None], before: int, total: int):
 
 def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0, sink: int = 0,
             progress: Callable[[str], None] = lambda msg: None,
-            cancel: Optional[CancelToken] = None) -> CostCurve:
+            cancel: Optional[CancelToken] = None, budget_s: Optional[float] = None) -> CostCurve:
     """Time verifies of 1..block tokens, AR steps and drafts at each depth on this machine (seconds,
     not minutes)."""
-    return _drain(measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel),
-                  progress)
+    return _drain(measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
+                                budget_s=budget_s), progress)
 
 
 def _drain(steps, progress: Callable[[str], None]):

@@ -328,12 +328,13 @@ def cmd_calibrate(args) -> int:
                           "verify_in_ar_steps": {p.context: p.verify_in_ar_steps() for p in points}}))
         return 0
     when = "cached" if cached else "measured now"
-    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, median of {curve.repeats}; "
+    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, medians of {curve.repeats}+ sweeps; "
           f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}")
     print("A verify of L tokens and a round (its draft of L and its verify) in ms and in AR steps, "
           "at each context depth measured:")
     print("depth".rjust(6) + "".join(f"{p.context:>24d}" for p in points))
     print("AR ms".rjust(6) + "".join(f"{p.ar_step_ms:>24.2f}" for p in points))
+    print("sweeps".rjust(6) + "".join(f"{p.sweeps:>24d}" for p in curve.points()))
     print("L".rjust(6) + "   verify ms steps round" * len(points))
     for length in range(1, len(curve.verify_ms) + 1):
         cells = (f"{p.verify_ms[length - 1]:>12.2f}{p.verify_in_ar_steps()[length - 1]:>6.2f}"
