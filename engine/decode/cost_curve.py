@@ -18,7 +18,8 @@ VM, six calibrations of the demo pair each way, 3 sweeps against the budget's 6/
 put a verify of 4 at depth 32 at 1.08-1.26 AR steps against 1.17-1.24, and the spread of a verify
 of 2, 4, 8, 16 at the three depths fell from 0.051 to 0.042 AR steps (mean sd). A model whose
 sweep takes seconds gets its `repeats`, as before. `at(depth)` interpolates between depths
-(linearly; past the deepest, along its last segment). Cached per target and drafter files, block, window, device and BLAS in the user cache.
+(linearly; past the deepest, along its last segment). Cached per target and drafter files, block,
+window, device and BLAS in the user cache.
 """
 
 from __future__ import annotations
