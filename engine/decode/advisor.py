@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from engine.decode.cost_curve import CostCurve
+from engine.decode.curve import CostCurve
 from engine.decode.events import field_of
 from engine.decode.proposers import LOOKUP
 
