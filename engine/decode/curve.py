@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
-SCHEMA = 5  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify; 5: sweeps
+SCHEMA = 6  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify; 5: sweeps;
+# 6: DFlash2 drafts cost less at a large vocabulary (top_k_indices), so older curves overprice them
 
 
 @dataclass

@@ -37,6 +37,7 @@ from engine.errors import DFlashError
 from engine.models.checkpoint import MADE_BY_FILE, canonical_name, model_name, published_name, target_fingerprint
 from engine.models.drafter_load import new_drafter
 from engine.models.drafter_config import DrafterConfig, parse_drafter_config
+from engine.models.drafter2 import top_k_indices
 from engine.models.pair import LoadedPair
 from engine.training.starting_point import (
     TrainSettings, drafter_config_for, find_mask_token, initial_drafter,
@@ -181,7 +182,7 @@ class DrafterTrainer:
         """(candidates (B, A, L-1, K), their selector scores) with the true predecessors."""
         sel = self.drafter.candidate_selector
         k = self.cfg.selector.selector_top_k
-        candidates = mx.stop_gradient(mx.argpartition(-logits, kth=k - 1, axis=-1)[..., :k])
+        candidates = mx.stop_gradient(top_k_indices(logits, k))  # the candidates decoding sees
         unary = mx.take_along_axis(logits, candidates, axis=-1)
         pair = (sel.pair_terms(hidden, candidates) * sel.predecessor(prev)[..., None, :]).sum(axis=-1)
         return candidates, unary + pair

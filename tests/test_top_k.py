@@ -1,0 +1,73 @@
+"""The DFlash2 selector's candidates at a large vocabulary: top_k_indices finds the same top k as a
+partition of the whole row (chunked rows, padded last chunks, ties, -inf), and rounds drafted
+through its chunked path are the rounds of the plain partition."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import engine.models.drafter2 as drafter2
+from engine.models.drafter2 import top_k_indices
+
+from engine.models.pair import load_pair
+
+from fixtures.tiny_dflash2 import write_dflash2_drafter
+from helpers import run
+
+
+@pytest.fixture(scope="module")
+def dflash2_pair(qwen3_untied_dirs, tmp_path_factory):
+    target = qwen3_untied_dirs[0]
+    return load_pair(target, write_dflash2_drafter(tmp_path_factory.mktemp("dflash2") / "drafter", target, seed=5))
+
+
+def _top_values(x: np.ndarray, k: int) -> np.ndarray:
+    return -np.sort(-np.partition(x, x.shape[-1] - k, axis=-1)[..., -k:], axis=-1)
+
+
+@pytest.mark.parametrize("shape", [(15, 151936), (3, 20001), (2, 4, 9000)])
+def test_the_same_indices_as_a_partition_of_the_row(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)  # distinct values: one right answer
+    got = np.array(top_k_indices(mx.array(x), 8))
+    want = np.argpartition(-x, 7, axis=-1)[..., :8]
+    assert got.shape == want.shape
+    assert (np.sort(got, axis=-1) == np.sort(want, axis=-1)).all()
+
+
+def test_the_top_value_sits_in_the_padded_last_chunk():
+    x = np.full((2, 20001), -5.0, np.float32)
+    x[0, 20000] = 3.0  # the last entry, alone in its padded chunk
+    x[1, :8] = np.arange(8)
+    got = np.array(top_k_indices(mx.array(x), 8))
+    assert 20000 in got[0] and sorted(got[1]) == list(range(8))
+
+
+def test_ties_and_minus_infinity_give_the_top_values_at_real_indices():
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 5, size=(4, 30000)).astype(np.float32)  # thousands of ties at every value
+    x[3] = -np.inf
+    x[3, [7, 29999]] = 1.0  # two finite entries: the rest of the top 8 are -inf
+    got = np.array(top_k_indices(mx.array(x), 8))
+    assert got.min() >= 0 and got.max() < 30000
+    for row, idx in zip(x[:3], got[:3]):
+        assert len(set(idx)) == 8
+        assert (np.sort(row[idx])[::-1] == _top_values(row, 8)).all()
+    assert {7, 29999} <= set(got[3])
+
+
+def test_rounds_through_the_chunked_path_are_the_partitions(dflash2_pair, monkeypatch):
+    """The fixtures' vocabulary is small enough for one partition; chunks of 4 send the same drafter
+    through the chunked path: the same drafts, candidates and tokens."""
+    def rounds():
+        summary, events = run(dflash2_pair, "def add(a, b):", max_tokens=40, block_size=8)
+        return summary.token_ids, [(r.drafted, r.accepted, sorted(map(sorted, r.candidates))) for r in events]
+
+    plain = rounds()
+    monkeypatch.setattr(drafter2, "CHUNK", 4)
+    k = dflash2_pair.drafter.cfg.selector.selector_top_k
+    assert -(-dflash2_pair.head.vocab_size // 4) > 4 * k  # the chunked path, not the fallback
+    assert rounds() == plain
+    assert any(drafted for drafted, _, _ in plain[1])
