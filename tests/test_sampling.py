@@ -38,6 +38,30 @@ def test_speculative_verify_gives_target_distribution():
     assert 0 < accepted_any < n  # both the accept and the resample paths ran
 
 
+def test_every_row_of_a_block_gives_the_target_distribution():
+    """Two drafts from q, verified against three rows of p: the first committed token is distributed
+    as p's row 0, the second (when the first draft was kept) as row 1, the third (both kept: the
+    bonus) as row 2. Rejections at row 0 and at row 1 and the bonus each draw from their own row."""
+    p = [[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.05, 0.6, 0.1]]
+    q = [[0.2, 0.5, 0.1, 0.2], [0.4, 0.1, 0.1, 0.4]]
+    p_logits, q_logits = mx.log(mx.array(p)), mx.log(mx.array(q))
+    sampler = Sampler(SamplingSettings(temperature=1.0, seed=11))
+    counts = [Counter(), Counter(), Counter()]
+    accepted_counts = Counter()
+    for _ in range(6000):
+        drafts, logq = sampler.draft(q_logits)
+        accepted, nxt = accept(sampler, p_logits, drafts, logq).tolist()
+        committed = drafts.tolist()[:accepted] + [nxt]
+        accepted_counts[accepted] += 1
+        for row, token in enumerate(committed):
+            counts[row][token] += 1
+    assert min(accepted_counts[a] for a in range(3)) > 300  # each way a round can end was taken often
+    for row in range(3):
+        n = sum(counts[row].values())
+        observed = [counts[row][i] for i in range(4)]
+        assert chisquare(observed, [pi * n for pi in p[row]]).pvalue > ALPHA, (row, observed)
+
+
 def test_greedy_verify_accepts_matching_prefix():
     sampler = Sampler(SamplingSettings())
     logits = mx.array([[0.0, 5.0, 0.0], [0.0, 0.0, 5.0], [5.0, 0.0, 0.0]])
@@ -52,6 +76,24 @@ def test_filters_shape_the_distribution():
     assert top2[2] == 0.0 and top2[3] == 0.0 and abs(sum(top2) - 1) < 1e-6
     cold = mx.exp(log_probs(logits, SamplingSettings(temperature=0.1))).tolist()[0]
     assert cold[0] > 0.99
+
+
+@pytest.mark.parametrize("filters", [{}, {"min_p": 0.05}, {"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.1, "top_k": 9}])
+def test_one_normalisation_gives_the_filtered_distribution(filters):
+    """log_probs normalises once where no top-p is asked for: the same distribution as normalising
+    before the filters and again after the temperature, for logits far from 0 too."""
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    logits = mx.random.normal((3, 1000), key=mx.random.key(3)) * 4 + mx.array([[0.0], [90.0], [-200.0]])
+    s = SamplingSettings(temperature=0.7, **filters)
+    x = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    x = apply_top_p(x, s.top_p) if s.top_p < 1 else x
+    x = apply_min_p(x, s.min_p) if s.min_p > 0 else x
+    x = (apply_top_k(x, s.top_k) if s.top_k else x) / s.temperature
+    want = mx.softmax(x, axis=-1)
+    got = mx.exp(log_probs(logits, s))
+    assert mx.allclose(got, want, rtol=1e-4, atol=1e-7).item()  # float32 rounding of logits near 300
+    assert ((got > 0) == (want > 0)).all().item()  # the same tokens filtered out
 
 
 def test_dflash_and_ar_sample_the_same_distribution(qwen3_pair):

@@ -15,11 +15,13 @@ from engine.decode.settings import SamplingSettings
 
 
 def log_probs(logits: mx.array, s: SamplingSettings) -> mx.array:
-    """Filtered, temperature-scaled log-probabilities (normalised) over the last axis."""
+    """Filtered, temperature-scaled log-probabilities (normalised) over the last axis. Only top-p
+    needs them normalised before the temperature (it exponentiates them); min-p and top-k compare
+    within a row, so without top-p one normalisation does: a logsumexp is a pass of exps over the
+    vocabulary per row, the dearest part of sampling at 152k tokens."""
     x = logits.astype(mx.float32)
-    x = x - mx.logsumexp(x, axis=-1, keepdims=True)
     if s.top_p < 1.0:
-        x = apply_top_p(x, s.top_p)
+        x = apply_top_p(x - mx.logsumexp(x, axis=-1, keepdims=True), s.top_p)
     if s.min_p > 0.0:
         x = apply_min_p(x, s.min_p)
     if s.top_k > 0:

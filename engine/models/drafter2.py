@@ -166,7 +166,9 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
         scores.append(score)
     scores_all = mx.stack(scores)
     q = mx.softmax(scores_all / temperature, axis=-1)
-    logq = mx.log(mx.put_along_axis(mx.zeros(logits.shape, mx.float32), candidates, q, axis=-1))
+    # log q over the vocabulary: -inf but at the candidates (a log of the whole block would cost a
+    # pass of logs over 152k tokens per position)
+    logq = mx.put_along_axis(mx.full(logits.shape, -mx.inf, mx.float32), candidates, mx.log(q), axis=-1)
     return Selection(mx.concatenate(picks), candidates, scores_all, mx.argmax(logits32, axis=-1), logq)
 
 
