@@ -11,6 +11,7 @@ import pytest
 import engine.models.drafter2 as drafter2
 from engine.models.drafter2 import top_k_indices
 
+from engine.decode.settings import SamplingSettings
 from engine.models.pair import load_pair
 
 from fixtures.tiny_dflash2 import write_dflash2_drafter
@@ -71,3 +72,30 @@ def test_rounds_through_the_chunked_path_are_the_partitions(dflash2_pair, monkey
     assert -(-dflash2_pair.head.vocab_size // 4) > 4 * k  # the chunked path, not the fallback
     assert rounds() == plain
     assert any(drafted for drafted, _, _ in plain[1])
+
+
+def test_a_152k_vocabulary_pair_decodes_as_ar(tokenizer_dir, tmp_path):
+    """A target with Qwen's 151,936-row head (its tokenizer smaller, as Qwen's is) and a DFlash2
+    drafter of that vocabulary, loaded from disk: the selector's chunked path drafts, greedy output
+    is AR's token for token, and a sampled run finishes."""
+    import json
+    import shutil
+
+    from fixtures.tiny_models import TOKENIZER_FILES, _save, _vocab_and_eos, build_target_model, target_config
+
+    target = tmp_path / "target"
+    target.mkdir()
+    _, eos, _ = _vocab_and_eos(tokenizer_dir)
+    config = target_config(151936, eos, hidden=32, layers=2, heads=2, kv_heads=1, head_dim=16, intermediate=64)
+    mx.random.seed(4)
+    _save(build_target_model(config), target, mx.float32)
+    (target / "config.json").write_text(json.dumps(config))
+    for name in TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, target / name)
+    pair = load_pair(target, write_dflash2_drafter(tmp_path / "drafter", target, layers=1, rank=4, seed=6))
+    assert -(-pair.head.vocab_size // drafter2.CHUNK) > 4 * pair.drafter.cfg.selector.selector_top_k
+    ar, _ = run(pair, "def add(a, b):", mode="ar", max_tokens=24)
+    df, rounds = run(pair, "def add(a, b):", max_tokens=24, block_size=8)
+    assert df.token_ids == ar.token_ids and any(r.drafted for r in rounds)
+    sampled, _ = run(pair, "def add(a, b):", max_tokens=24, block_size=8, sampling=SamplingSettings(temperature=0.8))
+    assert sampled.num_generated > 0
