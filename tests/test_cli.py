@@ -272,6 +272,12 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     out = capsys.readouterr().out
     assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
     assert "prompts below AR" in out and re.search(r"of it \(runs \d+\.\d\d-\d+\.\d\dx\)", out)
+    # sampled: one line on what sampled outputs mean, not a verdict per prompt and method
+    assert main(args[:10] + ["--methods", "dflash,lookup", "--temperature", "0.9", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "identical to AR" not in out and "draw their random numbers" not in out
+    line = [ln for ln in out.splitlines() if ln.startswith("at temperature 0.9 every output is a sample")]
+    assert len(line) == 1 and re.search(r"differ from AR's: dflash [0-2]/2, lookup [0-2]/2$", line[0])
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
     assert "unknown method(s) warp" in capsys.readouterr().err
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,ar"]) == 2  # printed an empty race table

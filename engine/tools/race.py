@@ -252,10 +252,18 @@ def print_race(result: dict) -> None:
         print(label.ljust(32) + f"{ar:10.1f}" + figures)
     print("overall tok/s: " + ", ".join(f"{m} {result['methods'][m]['dflash_tok_s']:.1f}" for m in methods[1:])
           + f" (AR {result['methods']['ar']['ar_tok_s']:.1f})")
-    print("identical to AR: " + ", ".join(f"{m} {result['methods'][m]['identical']}" for m in methods[1:]))
-    for m in methods[1:]:  # where a method's output was not AR's, the parity verdict and its margin
+    temperature = result.get("temperature") or 0.0
+    if temperature > 0:  # samples: one line, not a verdict per prompt that says the same each time
+        differ = [f"{m} {sum(r['verdict'] != IDENTICAL for r in result['methods'][m]['per_prompt'])}"
+                  f"/{len(result['methods'][m]['per_prompt'])}" for m in methods[1:]]
+        print(f"at temperature {temperature:g} every output is a sample, AR's and each method's drawn with different "
+              "random numbers: they are compared in distribution (tests/test_sampling.py), not token by token; "
+              "prompts whose samples differ from AR's: " + ", ".join(differ))
+    else:
+        print("identical to AR: " + ", ".join(f"{m} {result['methods'][m]['identical']}" for m in methods[1:]))
+    for m in methods[1:]:  # where a greedy output was not AR's, the parity verdict and its margin
         for row in result["methods"][m]["per_prompt"]:
-            if row["verdict"] != IDENTICAL:
+            if row["verdict"] not in (IDENTICAL, SAMPLES):
                 print(f"  {m} on {row['prompt'][:30]!r}: {row['verdict_text']}")
     for m in methods[1:]:
         drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
