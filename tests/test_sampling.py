@@ -78,13 +78,17 @@ def test_filters_shape_the_distribution():
     assert cold[0] > 0.99
 
 
-@pytest.mark.parametrize("filters", [{}, {"min_p": 0.05}, {"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.1, "top_k": 9}])
-def test_one_normalisation_gives_the_filtered_distribution(filters):
-    """log_probs normalises once where no top-p is asked for: the same distribution as normalising
-    before the filters and again after the temperature, for logits far from 0 too."""
+@pytest.mark.parametrize("vocab", [1000, 40000])
+@pytest.mark.parametrize("filters", [{}, {"min_p": 0.05}, {"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.1, "top_k": 9},
+                                     {"top_k": 20, "top_p": 0.9}, {"top_k": 20, "top_p": 0.3, "min_p": 0.05}])
+def test_the_filters_give_mlx_lms_distribution(vocab, filters):
+    """log_probs as mlx-lm's sampler filters: normalised before the filters and again after the
+    temperature. It normalises once where no top-p is asked for, and with top-k on it ranks only the
+    k best of a row (the chunked path at 40,000 tokens); the same distribution either way, for
+    logits far from 0 too."""
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-    logits = mx.random.normal((3, 1000), key=mx.random.key(3)) * 4 + mx.array([[0.0], [90.0], [-200.0]])
+    logits = mx.random.normal((3, vocab), key=mx.random.key(3)) * 4 + mx.array([[0.0], [90.0], [-200.0]])
     s = SamplingSettings(temperature=0.7, **filters)
     x = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     x = apply_top_p(x, s.top_p) if s.top_p < 1 else x

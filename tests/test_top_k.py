@@ -8,8 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-import engine.models.drafter2 as drafter2
-from engine.models.drafter2 import top_k_indices
+import engine.decode.top_k as top_k
+from engine.decode.top_k import top_k_indices
 
 from engine.decode.settings import SamplingSettings
 from engine.models.pair import load_pair
@@ -67,7 +67,7 @@ def test_rounds_through_the_chunked_path_are_the_partitions(dflash2_pair, monkey
         return summary.token_ids, [(r.drafted, r.accepted, sorted(map(sorted, r.candidates))) for r in events]
 
     plain = rounds()
-    monkeypatch.setattr(drafter2, "CHUNK", 4)
+    monkeypatch.setattr(top_k, "CHUNK", 4)
     k = dflash2_pair.drafter.cfg.selector.selector_top_k
     assert -(-dflash2_pair.head.vocab_size // 4) > 4 * k  # the chunked path, not the fallback
     assert rounds() == plain
@@ -93,7 +93,7 @@ def test_a_152k_vocabulary_pair_decodes_as_ar(tokenizer_dir, tmp_path):
     for name in TOKENIZER_FILES:
         shutil.copy(tokenizer_dir / name, target / name)
     pair = load_pair(target, write_dflash2_drafter(tmp_path / "drafter", target, layers=1, rank=4, seed=6))
-    assert -(-pair.head.vocab_size // drafter2.CHUNK) > 4 * pair.drafter.cfg.selector.selector_top_k
+    assert -(-pair.head.vocab_size // top_k.CHUNK) > 4 * pair.drafter.cfg.selector.selector_top_k
     ar, _ = run(pair, "def add(a, b):", mode="ar", max_tokens=24)
     df, rounds = run(pair, "def add(a, b):", max_tokens=24, block_size=8)
     assert df.token_ids == ar.token_ids and any(r.drafted for r in rounds)

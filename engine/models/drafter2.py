@@ -17,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from engine.decode.top_k import top_k_indices
 from engine.models.drafter import MLP, Attention, ContextCache, DFlashDrafter, _is_causal
 from engine.models.drafter_config import SLIDING, DrafterConfig, SelectorConfig
 
@@ -118,30 +119,6 @@ class Selection:
     scores: mx.array  # (T, K) float32
     plain_top: mx.array  # (T,): argmax of the head's logits
     logq: Optional[mx.array]  # (T, V) or None at T = 0
-
-
-CHUNK = 128  # top_k_indices: entries per chunk of a row
-
-
-def top_k_indices(x: mx.array, k: int) -> mx.array:
-    """Indices of the k largest entries along the last axis of x, unordered: the set an argpartition
-    finds (ties aside), without partitioning a whole 150k-token row. Each chunk of CHUNK entries
-    gives its largest; the k chunks with the largest hold the row's top k (any entry outside them
-    is at most its own chunk's largest, below theirs), and one small partition over those chunks
-    picks them. On the CPU: 2.5 ms for a block of 15 rows at a 152k vocabulary, where a partition
-    of the rows took 44 ms, more than the drafter's layers and head together."""
-    *lead, V = x.shape
-    chunks = -(-V // CHUNK)
-    if chunks <= 4 * k:  # a small vocabulary: one partition costs no more
-        return mx.argpartition(-x, kth=k - 1, axis=-1)[..., :k]
-    if chunks * CHUNK > V:  # the last chunk padded with -inf (never above a real entry)
-        x = mx.concatenate([x, mx.full((*lead, chunks * CHUNK - V), -mx.inf, x.dtype)], axis=-1)
-    best = x.reshape(*lead, chunks, CHUNK).max(axis=-1)
-    top_chunks = mx.argpartition(-best, kth=k - 1, axis=-1)[..., :k]
-    idx = (top_chunks[..., None] * CHUNK + mx.arange(CHUNK)).reshape(*lead, k * CHUNK)
-    local = mx.argpartition(-mx.take_along_axis(x, idx, axis=-1), kth=k - 1, axis=-1)[..., :k]
-    # a padded index only where a row has fewer than k entries above -inf: clamped to a real one
-    return mx.minimum(mx.take_along_axis(idx, local, axis=-1), V - 1)
 
 
 def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anchor: int, top_k: int,

@@ -37,7 +37,7 @@ from engine.errors import DFlashError
 from engine.models.checkpoint import MADE_BY_FILE, canonical_name, model_name, published_name, target_fingerprint
 from engine.models.drafter_load import new_drafter
 from engine.models.drafter_config import DrafterConfig, parse_drafter_config
-from engine.models.drafter2 import top_k_indices
+from engine.decode.top_k import top_k_indices
 from engine.models.pair import LoadedPair
 from engine.training.starting_point import (
     TrainSettings, drafter_config_for, find_mask_token, initial_drafter,

@@ -1,0 +1,33 @@
+"""The k largest entries of each row of a vocabulary-wide array, without a partition of the row.
+
+At Qwen's 151,936 tokens a partition (or the sort a top-p filter does) of every row of a block
+costs more than a small model's forward on the CPU; the DFlash2 selector's candidates and the
+top-k sampling filter need only the few best entries of each row.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+CHUNK = 128  # top_k_indices: entries per chunk of a row
+
+
+def top_k_indices(x: mx.array, k: int) -> mx.array:
+    """Indices of the k largest entries along the last axis of x, unordered: the set an argpartition
+    finds (ties aside), without partitioning a whole 150k-token row. Each chunk of CHUNK entries
+    gives its largest; the k chunks with the largest hold the row's top k (any entry outside them
+    is at most its own chunk's largest, below theirs), and one small partition over those chunks
+    picks them. On the CPU: 2.5 ms for a block of 15 rows at a 152k vocabulary, where a partition
+    of the rows took 44 ms, more than the drafter's layers and head together."""
+    *lead, V = x.shape
+    chunks = -(-V // CHUNK)
+    if chunks <= 4 * k:  # a small vocabulary: one partition costs no more
+        return mx.argpartition(-x, kth=k - 1, axis=-1)[..., :k]
+    if chunks * CHUNK > V:  # the last chunk padded with -inf (never above a real entry)
+        x = mx.concatenate([x, mx.full((*lead, chunks * CHUNK - V), -mx.inf, x.dtype)], axis=-1)
+    best = x.reshape(*lead, chunks, CHUNK).max(axis=-1)
+    top_chunks = mx.argpartition(-best, kth=k - 1, axis=-1)[..., :k]
+    idx = (top_chunks[..., None] * CHUNK + mx.arange(CHUNK)).reshape(*lead, k * CHUNK)
+    local = mx.argpartition(-mx.take_along_axis(x, idx, axis=-1), kth=k - 1, axis=-1)[..., :k]
+    # a padded index only where a row has fewer than k entries above -inf: clamped to a real one
+    return mx.minimum(mx.take_along_axis(idx, local, axis=-1), V - 1)
