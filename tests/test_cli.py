@@ -272,8 +272,14 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     out = capsys.readouterr().out
     assert "identical to AR: dflash True" in out and "worst prompt for lookup" in out and "mlx-lm speculative" in out
     assert "prompts below AR" in out and re.search(r"of it \(runs \d+\.\d\d-\d+\.\d\dx\)", out)
-    # sampled: one line on what sampled outputs mean, not a verdict per prompt and method
-    assert main(args[:10] + ["--methods", "dflash,lookup", "--temperature", "0.9", "--seed", "3"]) == 0
+    # sampled, with a chat model's filters: one line on what sampled outputs mean, not a verdict per
+    # prompt and method; the JSON keeps every sampling setting
+    sampled = args[:10] + ["--methods", "dflash,lookup", "--temperature", "0.9", "--seed", "3", "--top-k", "20",
+                           "--top-p", "0.95", "--min-p", "0.02"]
+    assert main(sampled + ["--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["sampling"]
+    assert got == {"temperature": 0.9, "top_p": 0.95, "top_k": 20, "min_p": 0.02, "seed": 3}
+    assert main(sampled) == 0
     out = capsys.readouterr().out
     assert "identical to AR" not in out and "draw their random numbers" not in out
     line = [ln for ln in out.splitlines() if ln.startswith("at temperature 0.9 every output is a sample")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -223,6 +223,7 @@ def run_bench(
         "auto": resolved.auto,  # block_size then caps each round's verify length
         "lookup": resolved.lookup,  # rounds verify a copy of the context instead where the text repeats it
         "temperature": settings.sampling.temperature,
+        "sampling": asdict(settings.sampling),  # top-p, top-k, min-p, seed too
         "blas": blas.status,
         "per_prompt": per_prompt,
         "by_depth": [b.to_dict() for b in depth.rows()],

@@ -10,7 +10,7 @@ copies verified instead of its blocks would blur both the measurements and the a
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Callable, Optional, Union
 
 from engine.decode.advisor import advise
@@ -132,4 +132,5 @@ def run_block_sizes(
         "repeats": repeats,
         "max_tokens": settings.max_tokens,
         "temperature": settings.sampling.temperature,
+        "sampling": asdict(settings.sampling),
     }

@@ -28,7 +28,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
     p.add_argument("--thinking", choices=["on", "off"], help="thinking mode, for chat templates that have one")
     _add_max_tokens(p)
-    _add_sampling_args(p, full=True)
+    _add_sampling_args(p)
     _add_block_and_rollback(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -39,12 +39,11 @@ def _add_max_tokens(p: argparse.ArgumentParser) -> None:
                    help=f"tokens to generate (default {DEFAULTS.max_tokens})")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser, full: bool) -> None:
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 (the default) is greedy")
-    if full:
-        p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
-        p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
-        p.add_argument("--min-p", type=float, default=SAMPLING.min_p)
+    p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
+    p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
+    p.add_argument("--min-p", type=float, default=SAMPLING.min_p)
     p.add_argument("--seed", type=int, default=SAMPLING.seed)
 
 
@@ -111,7 +110,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     b.add_argument("--prompts", required=True, help='JSONL file, one {"prompt": ...} per line')
     _add_max_tokens(b)
     b.add_argument("--repeats", type=int, default=1)
-    _add_sampling_args(b, full=False)
+    _add_sampling_args(b)
     _add_block_and_rollback(b)
     fmt = b.add_mutually_exclusive_group()
     fmt.add_argument("--raw", action="store_true")

@@ -10,7 +10,7 @@ model files for both: the comparison is of the loops).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterator, Optional
 
 from engine.decode.cancel import CancelToken
@@ -212,7 +212,7 @@ def run_race(
                     for m, r in runs.items()},
         "prompts": len(runs["ar"]["per_prompt"]), "interrupted": interrupted, "prompts_given": len(prompts),
         "repeats": repeats, "max_tokens": settings.max_tokens,
-        "temperature": settings.sampling.temperature, "blas": blas.status,
+        "temperature": settings.sampling.temperature, "sampling": asdict(settings.sampling), "blas": blas.status,
         "draft_model": settings.draft_model, "num_draft": settings.num_draft,
     }
     if with_mlx_lm:
