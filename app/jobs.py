@@ -59,6 +59,7 @@ class AdviseJob:
     block: Optional[int]  # the block size the run used (None: the drafter's)
     draft_window: int = 0  # the run's drafter context (its settings), which the curve's drafts follow
     draft_sink: int = 0
+    sampling: Optional[dict[str, Any]] = None  # the run's sampling settings: the curve times its draws
     cancel: CancelToken = field(default_factory=CancelToken, compare=False)
     kind: str = "advise"
 

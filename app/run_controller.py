@@ -157,7 +157,7 @@ class RunController(QObject):
         settings = run.start.settings
         self._submit(AdviseJob([to_dict(r) for r in run.rounds], run.summary.decode_s, ar_tok_s,
                                settings.get("block_size"), _count(settings.get("draft_window")),
-                               _count(settings.get("draft_sink"))))
+                               _count(settings.get("draft_sink")), settings.get("sampling")))
 
     def stop(self) -> None:
         """Cancel the job in progress: a run stops within one round, a load between stages."""

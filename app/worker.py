@@ -188,10 +188,12 @@ class Worker(QObject):
 
         from engine.decode.advisor import advise
         from engine.decode.cost_curve import cost_curve
+        from engine.decode.settings import SamplingSettings
 
         if self.pair is None or self.pair.drafter is None:
             raise DFlashError("the advisor needs the cost curve of a loaded target and drafter; load a pair first.")
-        curve, _ = cost_curve(self.pair, window=job.draft_window, sink=job.draft_sink, cancel=job.cancel)
+        curve, _ = cost_curve(self.pair, window=job.draft_window, sink=job.draft_sink, cancel=job.cancel,
+                              sampling=SamplingSettings.from_dict(job.sampling))
         advice = advise(job.rounds, job.decode_s, curve, job.ar_tok_s, block=job.block)
         self.outbox.put(AdviceReady(asdict(curve), advice.to_dict() if advice else None))
         return True

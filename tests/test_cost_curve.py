@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -44,6 +45,41 @@ def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_p
         entry.write_text("[" * 10_000)
     _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert not cached and len(calls) == 4
+
+
+def test_a_sampled_run_prices_its_draws(qwen3_pair, monkeypatch, tmp_path):
+    """At T > 0 an AR step draws its token, a verify accepts its drafts and a draft draws them as
+    the run would (a draw over a 152k vocabulary costs as much as a small model's forward): each
+    kind of sampling has its own cached curve, which times those draws."""
+    from engine.decode.settings import SamplingSettings
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS,))
+    sampled, top_k = SamplingSettings(temperature=0.7, seed=1), SamplingSettings(temperature=0.7, top_k=5)
+    assert [cc.sampling_kind(s) for s in (None, SamplingSettings(), sampled, top_k)] == \
+        ["greedy", "greedy", "sampled", "top-k"]
+    assert cc.sampling_kind(SamplingSettings(temperature=0.7, top_p=0.9)) == "top-p"
+    draws = {"sample": 0, "accept": 0, "draft": 0}  # draws at T > 0 (a greedy curve's argmaxes aside)
+
+    def spy(name, real):
+        def counted(*a):
+            sampler = a[0]
+            draws[name] += not sampler.s.greedy
+            return real(*a)
+        return counted
+
+    monkeypatch.setattr(cc, "accept", spy("accept", cc.accept))
+    monkeypatch.setattr(cc.Sampler, "sample", spy("sample", cc.Sampler.sample))
+    monkeypatch.setattr(cc.Sampler, "draft", spy("draft", cc.Sampler.draft))
+    greedy, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
+    assert not cached and greedy.sampling == "greedy" and draws == {"sample": 0, "accept": 0, "draft": 0}
+    curve, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, sampling=sampled)
+    assert not cached and curve.sampling == "sampled"  # not the greedy curve
+    # every sweep: one AR step and one verify per length (and the warm-up's), a draft per length past 1
+    assert draws["sample"] >= 3 and draws["accept"] >= 4
+    assert draws["draft"] >= 2  # the v1 drafter draws its drafts from q
+    assert cc.cost_curve(qwen3_pair, block=3, repeats=1, sampling=replace(sampled, seed=9))[1]  # a seed: same
+    assert not cc.cost_curve(qwen3_pair, block=3, repeats=1, sampling=top_k)[1]
 
 
 def test_calibrate_command(qwen3_tied_dirs, capsys):

@@ -128,3 +128,13 @@ def test_dflash_and_ar_sample_the_same_distribution(qwen3_pair):
 def test_absurd_sampling_settings_are_refused(settings, field):
     with pytest.raises(SettingsError, match=field):
         settings.validate(512)
+
+
+def test_sampling_read_back_from_a_runs_settings():
+    """A trace's recorded sampling (the window's advisor times the run's draws with it): what it says,
+    greedy where it says nothing usable."""
+    s = SamplingSettings(temperature=0.6, top_p=0.95, top_k=20, min_p=0.0, seed=4)
+    assert SamplingSettings.from_dict(s.to_dict()) == s
+    assert SamplingSettings.from_dict({"temperature": 0.5, "extra": 1}) == SamplingSettings(temperature=0.5)
+    for junk in (None, "hot", [], {"temperature": "hot"}, {"temperature": True}):
+        assert SamplingSettings.from_dict(junk) == SamplingSettings()

@@ -19,7 +19,11 @@ put a verify of 4 at depth 32 at 1.08-1.26 AR steps against 1.17-1.24, and the s
 of 2, 4, 8, 16 at the three depths fell from 0.051 to 0.042 AR steps (mean sd). A model whose
 sweep takes seconds gets its `repeats`, as before. The curve itself, its interpolation between
 depths and its fit are engine/decode/curve.py's. Cached per target and drafter files, block,
-window, device and BLAS in the user cache.
+window, device and BLAS in the user cache, and per kind of sampling (`sampling_kind`): an AR step
+includes drawing its token, a verify the acceptance of its drafts and a draft drawing them, as in
+a run with those settings. At T > 0 over a 152k vocabulary on the CPU these draws cost as much as
+the forwards (a v1 drafter's block is 15 full-vocabulary draws), and a curve timed greedily had
+auto drafting at 0.85x AR there.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ import mlx.core as mx
 from engine import json_text
 from engine.decode.cancel import CancelToken
 from engine.decode.curve import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
+from engine.decode.acceptance import accept
 from engine.decode.proposal import propose
-from engine.decode.sampling import Sampler
+from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import context_length, prefill
 from engine.decode.rollback import make_rollback
@@ -71,23 +76,38 @@ def _ids(pair: LoadedPair, n: int) -> list[int]:
     return [(97 + 31 * i) % vocab for i in range(n)]
 
 
-def _timed_verify(pair: LoadedPair, cache: list, block: mx.array, rollback, ar: bool) -> float:
-    """One forward of `block` on top of `cache` (a round's verify, or an AR step), then the caches back."""
+def sampling_kind(s: Optional[SamplingSettings]) -> str:
+    """What a curve's timings depend on in the sampling settings: greedy, or draws over the whole
+    vocabulary (top-p sorting it), or among the top k."""
+    if s is None or s.greedy:
+        return "greedy"
+    return "top-k" if s.top_k > 0 else ("top-p" if s.top_p < 1.0 else "sampled")
+
+
+def _timed_verify(pair: LoadedPair, cache: list, block: mx.array, rollback, ar: bool, sampler: Sampler,
+                  logq: Optional[mx.array]) -> float:
+    """One forward of `block` on top of `cache` and its token drawn (an AR step), or its drafts
+    accepted (a round's verify, against the drafter's log-probs `logq` at T > 0), then the caches back."""
     where = mark(cache)
     length = block.shape[1]
     t0 = time.perf_counter()
-    if ar or rollback is None:
-        mx.eval(pair.target(block, cache=cache))
+    if ar:
+        mx.eval(sampler.sample(pair.target(block, cache=cache)[0, -1]))
+    elif rollback is None:  # no drafter (lookup): no taps to keep, nothing recorded for a rollback
+        out = pair.target(block, cache=cache)[0]
+        mx.eval(accept(sampler, out, block[0, 1:], logq[: length - 1] if logq is not None else None))
     else:
         with pair.taps.capture(length > 1), rollback.recording():
-            out = pair.target(block, cache=cache)
-        mx.eval(out, pair.taps.concatenated() if length > 1 else out)
+            out = pair.target(block, cache=cache)[0]
+        mx.eval(accept(sampler, out, block[0, 1:], logq[: length - 1] if logq is not None else None),
+                pair.taps.concatenated() if length > 1 else out)
     elapsed = time.perf_counter() - t0
     restore(cache, where)
     return elapsed
 
 
-def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, window: int, sink: int) -> float:
+def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, window: int, sink: int,
+                 sampler: Sampler) -> float:
     """A draft of `length` at `depth`: the drafter's context cache filled as a run's would be (the
     run's window and sink), then timed over a pass that adds a round's new rows."""
     drafter, head = pair.drafter, pair.head
@@ -99,8 +119,9 @@ def _timed_draft(pair: LoadedPair, context: mx.array, depth: int, length: int, w
     mx.eval(drafter(embedded, context[:, : depth - fresh], dcache, depth - fresh), [c.state for c in dcache])
     t0 = time.perf_counter()
     hidden = drafter(embedded, context[:, depth - fresh : depth], dcache, depth)
-    # DFlash2: its selector too
-    mx.eval(propose(drafter, head, hidden[0, 1:], ids[depth], Sampler(SamplingSettings())).drafts)
+    # drawn as the run draws them; DFlash2: its selector too
+    proposal = propose(drafter, head, hidden[0, 1:], ids[depth], sampler)
+    mx.eval(proposal.drafts, proposal.logq)
     return time.perf_counter() - t0
 
 
@@ -113,14 +134,19 @@ def more_sweeps(done: int, repeats: int, elapsed_s: float, budget_s: float) -> b
 
 
 def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, window: int, sink: int,
-                   cancel: CancelToken, budget_s: float) -> Iterator[None]:
+                   cancel: CancelToken, budget_s: float, sampling: SamplingSettings) -> Iterator[None]:
     """Yields after each sweep; returns the depth's DepthPoint."""
+    sampler = Sampler(sampling)
+    logq = None  # at T > 0 the drafter's log-probs of a block (any: acceptance costs the same)
+    if not sampling.greedy:
+        logq = log_probs(mx.random.normal((block, pair.head.vocab_size), key=mx.random.key(depth)), sampling)
+        mx.eval(logq)
     cache = make_target_cache(pair.target)
     ids = _ids(pair, depth + block)
     _, context = prefill(pair, cache, ids[:depth], record_taps=pair.taps is not None)
     rollback = make_rollback(pair.target, cache) if pair.taps is not None else None
     verify_ids = mx.array(ids[depth:])[None]
-    _timed_verify(pair, cache, verify_ids, rollback, ar=False)  # warm-up: kernels compiled, buffers grown
+    _timed_verify(pair, cache, verify_ids, rollback, False, sampler, logq)  # warm-up: kernels compiled, buffers grown
     verify: list[list[float]] = [[] for _ in range(block)]
     ar: list[float] = []
     draft: list[list[float]] = [[] for _ in range(block)]
@@ -129,12 +155,13 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
         for length in range(1, block + 1):
             if cancel.cancelled:
                 raise CalibrationCancelled("calibration was cancelled.")
-            verify[length - 1].append(_timed_verify(pair, cache, verify_ids[:, :length], rollback, ar=False))
+            verify[length - 1].append(_timed_verify(pair, cache, verify_ids[:, :length], rollback, False, sampler,
+                                                    logq))
             # an AR step beside every verify: every ratio is to this median, so it gets the most samples
-            ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, ar=True))
+            ar.append(_timed_verify(pair, cache, verify_ids[:, :1], rollback, True, sampler, logq))
         if pair.drafter is not None:
             for length in range(2, block + 1):
-                draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink))
+                draft[length - 1].append(_timed_draft(pair, context, depth, length, window, sink, sampler))
         sweeps += 1
         yield
     return DepthPoint(depth, _median_ms(ar), [_median_ms(v) for v in verify],
@@ -155,8 +182,8 @@ def _check(block: int, repeats: int) -> None:
 
 
 def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0,
-                  sink: int = 0, cancel: Optional[CancelToken] = None,
-                  budget_s: Optional[float] = None) -> Iterator[tuple[int, int]]:
+                  sink: int = 0, cancel: Optional[CancelToken] = None, budget_s: Optional[float] = None,
+                  sampling: Optional[SamplingSettings] = None) -> Iterator[tuple[int, int]]:
     """measure() as a generator: yields (steps done, steps in all) after each sweep at each depth
     (a depth counts as its most sweeps, EXTRA_SWEEPS x repeats: one that ends sooner jumps to its
     end), returns the curve. Raises CalibrationCancelled when `cancel` stops it."""
@@ -169,7 +196,8 @@ def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int
     points = []
     with mx.stream(STREAM):
         for depth in depths:
-            steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel, budget_s)
+            steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel, budget_s,
+                                   sampling or SamplingSettings())
             points.append((yield from _counted(steps, len(points) * most, len(depths) * most)))
             if points[-1].sweeps < most:
                 yield len(points) * most, len(depths) * most
@@ -180,7 +208,7 @@ def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int
         repeats=repeats, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
         draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else None, measured_at=time.time(),
         draft_by_length_ms=base.draft_by_length_ms, context=base.depth, deeper=deeper,
-        draft_window=window, draft_sink=sink, sweeps=base.sweeps,
+        draft_window=window, draft_sink=sink, sweeps=base.sweeps, sampling=sampling_kind(sampling),
     ))
 
 
@@ -198,11 +226,12 @@ def _counted(steps: Iterator[None], before: int, total: int):
 
 def measure(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0, sink: int = 0,
             progress: Callable[[str], None] = lambda msg: None,
-            cancel: Optional[CancelToken] = None, budget_s: Optional[float] = None) -> CostCurve:
+            cancel: Optional[CancelToken] = None, budget_s: Optional[float] = None,
+            sampling: Optional[SamplingSettings] = None) -> CostCurve:
     """Time verifies of 1..block tokens, AR steps and drafts at each depth on this machine (seconds,
     not minutes)."""
     return _drain(measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
-                                budget_s=budget_s), progress)
+                                budget_s=budget_s, sampling=sampling), progress)
 
 
 def _drain(steps, progress: Callable[[str], None]):
@@ -242,11 +271,13 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("dflash-playground"))
 
 
-def cache_key(pair: LoadedPair, block: int, repeats: int, window: int = 0, sink: int = 0) -> str:
+def cache_key(pair: LoadedPair, block: int, repeats: int, window: int = 0, sink: int = 0,
+              sampling: Optional[SamplingSettings] = None) -> str:
     """Changes with the target's and the drafter's files, the block, repeats, the draft window and
-    sink, device, BLAS and MLX."""
+    sink, the kind of sampling, device, BLAS and MLX."""
     parts = [str(pair.target_path.resolve()), str(block), str(repeats), mx.__version__, blas.status,
-             str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}"]
+             str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}",
+             f"sampling {sampling_kind(sampling)}"]
     with mx.stream(STREAM):
         parts.append(str(mx.default_device()))
     folders = [pair.target_path] + ([pair.drafter_path] if pair.drafter_path else [])
@@ -268,20 +299,21 @@ _UNWRITTEN: dict[str, CostCurve] = {}
 
 
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
-                     window: int = 0, sink: int = 0,
-                     cancel: Optional[CancelToken] = None) -> Iterator[tuple[int, int]]:
+                     window: int = 0, sink: int = 0, cancel: Optional[CancelToken] = None,
+                     sampling: Optional[SamplingSettings] = None) -> Iterator[tuple[int, int]]:
     """cost_curve() as a generator: yields (done, total) while it measures (nothing when the curve is
     cached), returns (curve, from_cache)."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
     def measured():
-        return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel)
+        return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
+                             sampling=sampling)
 
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
         return _agreed((yield from measured()), pair), False
-    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink)}.json"
+    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink, sampling)}.json"
     if not fresh and str(path) in _UNWRITTEN:
         return _UNWRITTEN[str(path)], True
     if not fresh and path.is_file():
@@ -304,11 +336,12 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
 def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
                window: int = 0, sink: int = 0,
                progress: Callable[[str], None] = lambda msg: None,
-               cancel: Optional[CancelToken] = None) -> tuple[CostCurve, bool]:
+               cancel: Optional[CancelToken] = None,
+               sampling: Optional[SamplingSettings] = None) -> tuple[CostCurve, bool]:
     """(curve, from_cache): the cached curve for this target and machine, else a new measurement.
-    window, sink: the drafter's context as the runs that use the curve keep it (their settings)."""
+    window, sink, sampling: as the runs that use the curve keep the drafter's context and draw."""
     return _drain(cost_curve_steps(pair, block=block, repeats=repeats, fresh=fresh, window=window, sink=sink,
-                                   cancel=cancel), progress)
+                                   cancel=cancel, sampling=sampling), progress)
 
 
 def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:

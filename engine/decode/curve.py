@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 CONTEXT_TOKENS = 32  # the shortest depth measured: the base curve
-SCHEMA = 6  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify; 5: sweeps;
-# 6: DFlash2 drafts cost less at a large vocabulary (top_k_indices), so older curves overprice them
+SCHEMA = 7  # 2: draft time per block length; 3: depths; 4: an AR step timed beside every verify; 5: sweeps;
+# 6: DFlash2 drafts cost less at a large vocabulary (top_k_indices), so older curves overprice them;
+# 7: the draws timed with each step (a token drawn, drafts accepted), per kind of sampling
 
 
 @dataclass
@@ -42,6 +43,7 @@ class CostCurve:
     draft_window: int = 0  # the drafter's context as the drafts were measured (settings' draft window)
     draft_sink: int = 0
     sweeps: int = 0  # the base depth's sweeps (`repeats` or more: SWEEP_BUDGET_S)
+    sampling: str = "greedy"  # cost_curve.sampling_kind of the draws timed with each step
 
     def points(self) -> list[DepthPoint]:
         """Every depth measured, the base first."""

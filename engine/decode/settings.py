@@ -8,7 +8,7 @@ check of a run's settings against the loaded pair.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from engine.errors import SettingsError
 
@@ -84,6 +84,18 @@ class SamplingSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @staticmethod
+    def from_dict(data: Any) -> "SamplingSettings":
+        """The sampling a run's settings record (a trace's header), greedy where it says nothing usable."""
+        if not isinstance(data, dict):
+            return SamplingSettings()
+        known = {k: v for k, v in data.items() if k in SamplingSettings.__dataclass_fields__
+                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        try:
+            return SamplingSettings(**known)
+        except TypeError:
+            return SamplingSettings()
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class SpeculativeDecoder(Decoder):
         if not s.auto:
             return True
         steps = cost_curve_steps(self.pair, block=self.block, window=s.draft_window, sink=s.draft_sink,
-                                 cancel=self.cancel)
+                                 cancel=self.cancel, sampling=s.sampling)
         try:
             while True:
                 try:

@@ -68,7 +68,7 @@ def run_block_sizes(
         _settings_for(settings, size).resolved(pair)
     check_prompts(pair, prompts, settings.max_tokens)
     curve, _ = cost_curve(pair, window=settings.draft_window, sink=settings.draft_sink, progress=progress,
-                          cancel=cancel)
+                          cancel=cancel, sampling=settings.sampling)
     ar_settings = replace(settings, mode="ar")
     progress("warm-up")
     all_ids = [ids for _, ids in prompts]

@@ -40,17 +40,22 @@ def _pair_args(args) -> tuple[str, Optional[str]]:
     return target, drafter
 
 
-def _settings(args, mode: str):
-    from engine.decode.settings import GenerationSettings
+def _sampling(args):
     from engine.decode.settings import SamplingSettings
 
-    sampling = SamplingSettings(
+    return SamplingSettings(
         temperature=args.temperature,
         top_p=getattr(args, "top_p", SAMPLING.top_p),
         top_k=getattr(args, "top_k", SAMPLING.top_k),
         min_p=getattr(args, "min_p", SAMPLING.min_p),
         seed=args.seed,
     )
+
+
+def _settings(args, mode: str):
+    from engine.decode.settings import GenerationSettings
+
+    sampling = _sampling(args)
     return GenerationSettings(
         mode=mode,
         max_tokens=args.max_tokens,
@@ -125,7 +130,8 @@ def _measure_cost_curves(pair, settings: list) -> None:
         s = s.resolved(pair)
         if s.mode == "ar" or not s.auto:
             continue
-        _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say)
+        _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say,
+                               sampling=s.sampling)
         if not cached:
             print(", done", file=sys.stderr, flush=True)
 
@@ -316,12 +322,15 @@ def cmd_calibrate(args) -> int:
     pair = _load(args)
     # the checks a run makes (a window and sink in range, a block the drafter can draft; without a
     # drafter, the curve's own 1..64): a curve measured for a setting no run accepts is cached for nothing
-    GenerationSettings(mode="ar", draft_window=args.draft_window, draft_sink=draft_sink(args)).resolved(pair)
+    sampling = _sampling(args)
+    GenerationSettings(mode="ar", draft_window=args.draft_window, draft_sink=draft_sink(args),
+                       sampling=sampling).resolved(pair)
     if pair.drafter is not None:
         GenerationSettings(block_size=args.block_size).resolved(pair)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
-                               window=args.draft_window, sink=draft_sink(args), progress=progress)
+                               window=args.draft_window, sink=draft_sink(args), progress=progress,
+                               sampling=sampling)
     points = [curve.at(p.depth) for p in curve.points()]
     if args.json:
         print(json.dumps({**asdict(curve), "cached": cached,
@@ -329,7 +338,7 @@ def cmd_calibrate(args) -> int:
         return 0
     when = "cached" if cached else "measured now"
     print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, medians of {curve.repeats}+ sweeps; "
-          f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}")
+          f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}; draws timed: {curve.sampling}")
     print("A verify of L tokens and a round (its draft of L and its verify) in ms and in AR steps, "
           "at each context depth measured:")
     print("depth".rjust(6) + "".join(f"{p.context:>24d}" for p in points))

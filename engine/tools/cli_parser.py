@@ -137,6 +137,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
                    help="sweeps at each depth at least (more while they fit in 6 s, up to 3x); medians are kept")
     c.add_argument("--fresh", action="store_true", help="measure again even when a cached curve exists")
     _add_draft_context(c)
+    _add_sampling_args(c)  # runs at T > 0 use a curve with their draws timed
     c.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="convert a trace")
