@@ -277,13 +277,15 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     sampled = args[:10] + ["--methods", "dflash,lookup", "--temperature", "0.9", "--seed", "3", "--top-k", "20",
                            "--top-p", "0.95", "--min-p", "0.02"]
     assert main(sampled + ["--json"]) == 0
-    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["sampling"]
-    assert got == {"temperature": 0.9, "top_p": 0.95, "top_k": 20, "min_p": 0.02, "seed": 3}
-    assert main(sampled) == 0
+    race = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert race["sampling"] == {"temperature": 0.9, "top_p": 0.95, "top_k": 20, "min_p": 0.02, "seed": 3}
+    differ = {m: sum(not r["identical"] for r in race["methods"][m]["per_prompt"]) for m in ("dflash", "lookup")}
+    assert main(sampled) == 0  # the same seed: the same samples
     out = capsys.readouterr().out
     assert "identical to AR" not in out and "draw their random numbers" not in out
     line = [ln for ln in out.splitlines() if ln.startswith("at temperature 0.9 every output is a sample")]
-    assert len(line) == 1 and re.search(r"differ from AR's: dflash [0-2]/2, lookup [0-2]/2$", line[0])
+    assert len(line) == 1
+    assert line[0].endswith(f"differ from AR's: dflash {differ['dflash']}/2, lookup {differ['lookup']}/2")
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,warp"]) == 2
     assert "unknown method(s) warp" in capsys.readouterr().err
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar,ar"]) == 2  # printed an empty race table
@@ -471,3 +473,23 @@ def test_thinking_on_a_raw_prompt_is_refused_not_dropped(qwen3_tied_dirs, capsys
     assert cli(argv) == 2
     err = capsys.readouterr().err
     assert "thinking on/off is an option of the chat template" in err and "encoded as raw text" in err
+
+
+def test_a_sampled_race_counts_the_samples_that_differ(capsys):
+    """At T > 0 every verdict is 'samples', identical outputs too: the one line counts the outputs
+    that differ from AR's, not the verdicts."""
+    from engine.tools.race import print_race
+
+    def row(identical: bool) -> dict:
+        return {"prompt": "p", "ar_tok_s": 10.0, "speedup": 1.5, "mean_acceptance_length": 2.0, "identical": identical,
+                "verdict": "samples", "verdict_text": "two samples", "speedup_range": None}
+
+    def method(rows: list[dict]) -> dict:
+        return {"ar_tok_s": 10.0, "dflash_tok_s": 15.0, "speedup": 1.5, "mean_acceptance_length": 2.0,
+                "identical": all(r["identical"] for r in rows), "per_prompt": rows}
+
+    print_race({"temperature": 0.7, "methods": {"ar": method([row(True)] * 3),
+                                                 "dflash": method([row(True), row(False), row(True)])}})
+    out = capsys.readouterr().out
+    assert out.count("every output is a sample") == 1 and "differ from AR's: dflash 1/3" in out
+    assert "two samples" not in out and "identical to AR" not in out

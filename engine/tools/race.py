@@ -254,7 +254,7 @@ def print_race(result: dict) -> None:
           + f" (AR {result['methods']['ar']['ar_tok_s']:.1f})")
     temperature = result.get("temperature") or 0.0
     if temperature > 0:  # samples: one line, not a verdict per prompt that says the same each time
-        differ = [f"{m} {sum(r['verdict'] != IDENTICAL for r in result['methods'][m]['per_prompt'])}"
+        differ = [f"{m} {sum(not r['identical'] for r in result['methods'][m]['per_prompt'])}"
                   f"/{len(result['methods'][m]['per_prompt'])}" for m in methods[1:]]
         print(f"at temperature {temperature:g} every output is a sample, AR's and each method's drawn with different "
               "random numbers: they are compared in distribution (tests/test_sampling.py), not token by token; "
