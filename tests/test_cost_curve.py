@@ -59,6 +59,7 @@ def test_a_sampled_run_prices_its_draws(qwen3_pair, monkeypatch, tmp_path):
     assert [cc.sampling_kind(s) for s in (None, SamplingSettings(), sampled, top_k)] == \
         ["greedy", "greedy", "sampled", "top-k"]
     assert cc.sampling_kind(SamplingSettings(temperature=0.7, top_p=0.9)) == "top-p"
+    assert cc.sampling_kind(SamplingSettings(temperature=0.7, top_p=0.9, top_k=20)) == "top-k+top-p"
     draws = {"sample": 0, "accept": 0, "draft": 0}  # draws at T > 0 (a greedy curve's argmaxes aside)
 
     def spy(name, real):

@@ -1,5 +1,5 @@
 """The DFlash2 selector's candidates at a large vocabulary: top_k_indices finds the same top k as a
-partition of the whole row (chunked rows, padded last chunks, ties, -inf), and rounds drafted
+partition of the whole row (chunked rows, rows no chunk divides, ties, -inf), and rounds drafted
 through its chunked path are the rounds of the plain partition."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _top_values(x: np.ndarray, k: int) -> np.ndarray:
     return -np.sort(-np.partition(x, x.shape[-1] - k, axis=-1)[..., -k:], axis=-1)
 
 
-@pytest.mark.parametrize("shape", [(15, 151936), (3, 20001), (2, 4, 9000)])
+@pytest.mark.parametrize("shape", [(15, 151936), (3, 32064), (2, 4, 9088), (3, 20001)])
 def test_the_same_indices_as_a_partition_of_the_row(shape):
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)  # distinct values: one right answer
@@ -38,12 +38,16 @@ def test_the_same_indices_as_a_partition_of_the_row(shape):
     assert (np.sort(got, axis=-1) == np.sort(want, axis=-1)).all()
 
 
-def test_the_top_value_sits_in_the_padded_last_chunk():
-    x = np.full((2, 20001), -5.0, np.float32)
-    x[0, 20000] = 3.0  # the last entry, alone in its padded chunk
-    x[1, :8] = np.arange(8)
-    got = np.array(top_k_indices(mx.array(x), 8))
-    assert 20000 in got[0] and sorted(got[1]) == list(range(8))
+def test_a_row_of_few_finite_entries_gives_each_once():
+    """Fewer finite entries than k, on the chunked path: each finite entry once, then other real
+    indices (at -inf), never one twice (a padded last chunk once gave its clamped index twice)."""
+    for width in (2944, 2946):  # chunks of 128; a width no chunk size divides
+        x = np.full((2, width), -np.inf, np.float32)
+        x[0, [2673, 2772, width - 1]] = 0.0
+        x[1, :8] = np.arange(8)
+        got = np.array(top_k_indices(mx.array(x), 5))
+        assert {2673, 2772, width - 1} <= set(got[0]) and len(set(got[0])) == 5 and got.max() < width
+        assert sorted(got[1]) == [3, 4, 5, 6, 7]
 
 
 def test_ties_and_minus_infinity_give_the_top_values_at_real_indices():

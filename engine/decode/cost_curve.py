@@ -78,10 +78,12 @@ def _ids(pair: LoadedPair, n: int) -> list[int]:
 
 def sampling_kind(s: Optional[SamplingSettings]) -> str:
     """What a curve's timings depend on in the sampling settings: greedy, or draws over the whole
-    vocabulary (top-p sorting it), or among the top k."""
+    vocabulary (top-p sorting it), or among the top k (top-p adding a pass over the vocabulary)."""
     if s is None or s.greedy:
         return "greedy"
-    return "top-k" if s.top_k > 0 else ("top-p" if s.top_p < 1.0 else "sampled")
+    if s.top_k > 0:
+        return "top-k+top-p" if s.top_p < 1.0 else "top-k"
+    return "top-p" if s.top_p < 1.0 else "sampled"
 
 
 def _timed_verify(pair: LoadedPair, cache: list, block: mx.array, rollback, ar: bool, sampler: Sampler,
