@@ -1,4 +1,5 @@
-"""`bench`'s text output: the AR/DFlash table, and the block-size table of `--block-sizes`."""
+"""`bench`'s text output: the AR/DFlash table, and the block-size table of `--block-sizes`; and
+`calibrate`'s table of the cost curve."""
 
 from __future__ import annotations
 
@@ -147,3 +148,24 @@ def print_block_sizes(result: dict) -> None:
               f"best fixed size: {best}" + (" (plain decoding: no block size pays with this drafter)" if best == 1
                                               else ""))
     print("every size ran the drafter alone (lookup off)")
+
+
+def print_curve(curve, cached: bool) -> None:
+    """`calibrate`'s table: a verify of L tokens and a round (its draft of L and its verify), in ms
+    and in AR steps, at each depth measured."""
+    from engine.decode.settings import draft_context_text
+
+    points = [curve.at(p.depth) for p in curve.points()]
+    when = "cached" if cached else "measured now"
+    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, medians of {curve.repeats}+ sweeps; "
+          f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}; draws timed: {curve.sampling}")
+    print("A verify of L tokens and a round (its draft of L and its verify) in ms and in AR steps, "
+          "at each context depth measured:")
+    print("depth".rjust(6) + "".join(f"{p.context:>24d}" for p in points))
+    print("AR ms".rjust(6) + "".join(f"{p.ar_step_ms:>24.2f}" for p in points))
+    print("sweeps".rjust(6) + "".join(f"{p.sweeps:>24d}" for p in curve.points()))
+    print("L".rjust(6) + "   verify ms steps round" * len(points))
+    for length in range(1, len(curve.verify_ms) + 1):
+        cells = (f"{p.verify_ms[length - 1]:>12.2f}{p.verify_in_ar_steps()[length - 1]:>6.2f}"
+                 f"{p.round_ms(length, whole_block=False) / p.ar_step_ms:>6.2f}" for p in points)
+        print(f"{length:6d}" + "".join(cells))

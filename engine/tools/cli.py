@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
-from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, draft_context_text
+from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
-from engine.tools.bench_report import print_bench, print_block_sizes
+from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
 
@@ -331,24 +331,12 @@ def cmd_calibrate(args) -> int:
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
                                window=args.draft_window, sink=draft_sink(args), progress=progress,
                                sampling=sampling)
-    points = [curve.at(p.depth) for p in curve.points()]
     if args.json:
+        points = [curve.at(p.depth) for p in curve.points()]
         print(json.dumps({**asdict(curve), "cached": cached,
                           "verify_in_ar_steps": {p.context: p.verify_in_ar_steps() for p in points}}))
         return 0
-    when = "cached" if cached else "measured now"
-    print(f"{curve.target} on {curve.device} (blas: {curve.blas}), {when}, medians of {curve.repeats}+ sweeps; "
-          f"drafter context: {draft_context_text(curve.draft_window, curve.draft_sink)}; draws timed: {curve.sampling}")
-    print("A verify of L tokens and a round (its draft of L and its verify) in ms and in AR steps, "
-          "at each context depth measured:")
-    print("depth".rjust(6) + "".join(f"{p.context:>24d}" for p in points))
-    print("AR ms".rjust(6) + "".join(f"{p.ar_step_ms:>24.2f}" for p in points))
-    print("sweeps".rjust(6) + "".join(f"{p.sweeps:>24d}" for p in curve.points()))
-    print("L".rjust(6) + "   verify ms steps round" * len(points))
-    for length in range(1, len(curve.verify_ms) + 1):
-        cells = (f"{p.verify_ms[length - 1]:>12.2f}{p.verify_in_ar_steps()[length - 1]:>6.2f}"
-                 f"{p.round_ms(length, whole_block=False) / p.ar_step_ms:>6.2f}" for p in points)
-        print(f"{length:6d}" + "".join(cells))
+    print_curve(curve, cached)
     return 0
 
 
