@@ -93,16 +93,16 @@ def _timed_verify(pair: LoadedPair, cache: list, block: mx.array, rollback, ar: 
     where = mark(cache)
     length = block.shape[1]
     t0 = time.perf_counter()
-    if ar:
-        mx.eval(sampler.sample(pair.target(block, cache=cache)[0, -1]))
-    elif rollback is None:  # no drafter (lookup): no taps to keep, nothing recorded for a rollback
+    taps = []
+    if ar or rollback is None:  # an AR step, or no drafter (lookup): no taps, nothing for a rollback
         out = pair.target(block, cache=cache)[0]
-        mx.eval(accept(sampler, out, block[0, 1:], logq[: length - 1] if logq is not None else None))
     else:
         with pair.taps.capture(length > 1), rollback.recording():
             out = pair.target(block, cache=cache)[0]
-        mx.eval(accept(sampler, out, block[0, 1:], logq[: length - 1] if logq is not None else None),
-                pair.taps.concatenated() if length > 1 else out)
+        taps = [pair.taps.concatenated()] if length > 1 else []
+    drawn = sampler.sample(out[-1]) if ar else accept(sampler, out, block[0, 1:],
+                                                      logq[: length - 1] if logq is not None else None)
+    mx.eval(drawn, *taps)
     elapsed = time.perf_counter() - t0
     restore(cache, where)
     return elapsed

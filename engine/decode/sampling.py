@@ -18,7 +18,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_p
 
 from engine.decode.settings import SamplingSettings
-from engine.decode.top_k import top_k_indices
+from engine.decode.top_k import over_vocabulary, top_k_indices
 
 
 def log_probs(logits: mx.array, s: SamplingSettings) -> mx.array:
@@ -27,8 +27,7 @@ def log_probs(logits: mx.array, s: SamplingSettings) -> mx.array:
     within a row, so without top-p one normalisation does: a logsumexp is a pass of exps over the
     vocabulary per row, the dearest part of sampling at 152k tokens."""
     if s.top_k > 0:
-        idx, z = top_k_log_probs(logits, s)
-        return mx.put_along_axis(mx.full(logits.shape, -mx.inf, mx.float32), idx, z, axis=-1)
+        return over_vocabulary(logits.shape, *top_k_log_probs(logits, s))
     x = logits.astype(mx.float32)
     if s.top_p < 1.0:
         x = apply_top_p(x - mx.logsumexp(x, axis=-1, keepdims=True), s.top_p)
@@ -86,7 +85,7 @@ class Sampler:
             return mx.argmax(logits, axis=-1), None
         if self.s.top_k > 0:
             ids, idx, z = self._draw_among_top_k(logits)
-            return ids, mx.put_along_axis(mx.full(logits.shape, -mx.inf, mx.float32), idx, z, axis=-1)
+            return ids, over_vocabulary(logits.shape, idx, z)
         lq = log_probs(logits, self.s)
         return mx.random.categorical(lq, key=self.next_key()), lq
 

@@ -90,12 +90,8 @@ class SamplingSettings:
         """The sampling a run's settings record (a trace's header), greedy where it says nothing usable."""
         if not isinstance(data, dict):
             return SamplingSettings()
-        known = {k: v for k, v in data.items() if k in SamplingSettings.__dataclass_fields__
-                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        try:
-            return SamplingSettings(**known)
-        except TypeError:
-            return SamplingSettings()
+        return SamplingSettings(**{k: v for k, v in data.items() if k in SamplingSettings.__dataclass_fields__
+                                   and isinstance(v, (int, float)) and not isinstance(v, bool)})
 
 
 @dataclass(frozen=True)

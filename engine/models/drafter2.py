@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from engine.decode.top_k import top_k_indices
+from engine.decode.top_k import over_vocabulary, top_k_indices
 from engine.models.drafter import MLP, Attention, ContextCache, DFlashDrafter, _is_causal
 from engine.models.drafter_config import SLIDING, DrafterConfig, SelectorConfig
 
@@ -145,7 +145,7 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
     q = mx.softmax(scores_all / temperature, axis=-1)
     # log q over the vocabulary: -inf but at the candidates (a log of the whole block would cost a
     # pass of logs over 152k tokens per position)
-    logq = mx.put_along_axis(mx.full(logits.shape, -mx.inf, mx.float32), candidates, mx.log(q), axis=-1)
+    logq = over_vocabulary(logits.shape, candidates, mx.log(q))
     return Selection(mx.concatenate(picks), candidates, scores_all, mx.argmax(logits32, axis=-1), logq)
 
 
