@@ -1,6 +1,10 @@
 """Every field of a drafter's and a target's config.json, set to values a corrupt or hostile file
 can hold, loaded the way a user's first run loads a pair: the command either runs or stops with
-one sentence (exit 2), never "unexpected", never a traceback."""
+one sentence (exit 2), never "unexpected", never a traceback.
+
+The runs verify a fixed block of 16: with auto (the default) every broken copy, a new folder,
+would measure its own cost curve first (7 s a case, 330 cases), timing the same draft and verify
+forwards a block of 16 runs; the curve itself is test_cost_curve's."""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ def _write_config(src, dst, path_in_config, value):
 
 def _run(capsys, target, drafter) -> tuple[int, str]:
     code = cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[0], "--raw",
-                "--max-tokens", "3", "--json"])
+                "--max-tokens", "3", "--block-size", "16", "--json"])
     err = capsys.readouterr().err.strip()
     return code, err
 
