@@ -2,9 +2,9 @@
 can hold, loaded the way a user's first run loads a pair: the command either runs or stops with
 one sentence (exit 2), never "unexpected", never a traceback.
 
-The runs verify a fixed block of 16: with auto (the default) every broken copy, a new folder,
-would measure its own cost curve first (7 s a case, 330 cases), timing the same draft and verify
-forwards a block of 16 runs; the curve itself is test_cost_curve's."""
+The runs verify the unbroken drafter's own block, fixed: with auto (the default) every broken
+copy, a new folder, would measure its own cost curve first (7 s a case, 330 cases), timing the same
+draft and verify forwards that block runs; the curve itself is test_cost_curve's."""
 
 from __future__ import annotations
 
@@ -38,9 +38,12 @@ def _write_config(src, dst, path_in_config, value):
     (dst / "config.json").write_text(json.dumps(config))
 
 
-def _run(capsys, target, drafter) -> tuple[int, str]:
+def _run(capsys, target, drafter, unbroken_drafter) -> tuple[int, str]:
+    """`generate` at the block of the drafter the broken copy was made from (a literal block would
+    be refused by a fixture drafting smaller blocks, and every case would pass as a one-line stop)."""
+    block = json.loads((unbroken_drafter / "config.json").read_text())["block_size"]
     code = cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPTS[0], "--raw",
-                "--max-tokens", "3", "--block-size", "16", "--json"])
+                "--max-tokens", "3", "--block-size", str(block), "--json"])
     err = capsys.readouterr().err.strip()
     return code, err
 
@@ -50,6 +53,13 @@ def _assert_runs_or_one_line(code, err, case):
     assert "unexpected" not in err and "Traceback" not in err, (case, err)
     if code == 2:
         assert len(err.splitlines()) == 1 and err.startswith("error: "), (case, err)
+
+
+
+def test_the_unbroken_pair_runs(qwen3_tied_dirs, capsys):
+    """The arguments every case runs with do run a pair: the cases below can tell a run from a stop."""
+    target, drafter = qwen3_tied_dirs
+    assert _run(capsys, target, drafter, drafter) == (0, "")
 
 
 DRAFTER_FIELDS = [("hidden_size",), ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
@@ -67,7 +77,7 @@ def test_every_drafter_field(qwen3_tied_dirs, tmp_path, capsys, field, bad):
         pytest.skip("legacy schema without dflash_config")
     broken = tmp_path / "drafter"
     _write_config(drafter, broken, field, BAD_VALUES[bad])
-    _assert_runs_or_one_line(*_run(capsys, target, broken), (field, bad))
+    _assert_runs_or_one_line(*_run(capsys, target, broken, drafter), (field, bad))
 
 
 TARGET_FIELDS = [("hidden_size",), ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",),
@@ -80,7 +90,7 @@ def test_every_target_field(qwen3_tied_dirs, tmp_path, capsys, field, bad):
     target, drafter = qwen3_tied_dirs
     broken = tmp_path / "target"
     _write_config(target, broken, field, BAD_VALUES[bad])
-    _assert_runs_or_one_line(*_run(capsys, broken, drafter), (field, bad))
+    _assert_runs_or_one_line(*_run(capsys, broken, drafter, drafter), (field, bad))
 
 
 SCALING_FIELDS = [("embedding_multiplier",), ("logits_scaling",)]
@@ -104,4 +114,4 @@ def test_every_scaling_field(granite_dirs, tmp_path, capsys, field, bad):
     target, drafter = granite_dirs
     broken = tmp_path / "target"
     _write_config(target, broken, field, BAD_VALUES[bad])
-    _assert_runs_or_one_line(*_run(capsys, broken, drafter), (field, bad))
+    _assert_runs_or_one_line(*_run(capsys, broken, drafter, drafter), (field, bad))
