@@ -261,7 +261,7 @@ def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_d
     import build_demo_drafter
 
     target, drafter = oracle_first_eos_dirs
-    out = tmp_path / "drafter"
+    out = tmp_path / drafter.name  # a new version of the drafter it is compared with, same folder name
     shutil.copytree(drafter, out)
     (out / "MODEL_CARD.md").write_text("# drafter\n\n## Benchmark\n\nold figures\n")
     prompts = tmp_path / "prompts.jsonl"
@@ -280,6 +280,7 @@ def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_d
     assert sum("ended at its first token" in line for line in rows) == 2
     assert not any(c.isdigit() for line in rows for c in line.split("|", 2)[2]), rows
     assert "2 of 2 prompts ended at their first token" in card
+    assert f"### Beside `{drafter.parent.name}/{drafter.name}`" in card  # not its own name
     tables = [[line for line in block.splitlines() if line.startswith("|")] for block in card.split("\n\n")]
     for table in (t for t in tables if t):  # every row as many cells as its header, or it renders as text
         assert {line.count("|") for line in table} == {table[0].count("|")}, table

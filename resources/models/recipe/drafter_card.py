@@ -37,7 +37,7 @@ Prompts from `{Path(args.bench_prompts).name}`, not in the training text. Device
 {row(result, "| **overall** |", "no prompt drafted")}
 
 Greedy outputs identical to AR on every prompt: {result['identical']}.{ended_note(result)}
-{compared_table(result)}{round_cost(result)}"""
+{compared_table(result, Path(args.out).name)}{round_cost(result)}"""
 
 
 def settings_words(result: dict) -> str:
@@ -83,11 +83,19 @@ def reproduce_models(args) -> str:
     return flags + (f"--compare-drafter {name(args.compare_drafter)} " if args.compare_drafter else "")
 
 
-def compared_table(result: dict) -> str:
+def compared_label(drafter: str, own: str) -> str:
+    """A compared drafter's name in the card: its folder's, or with its parent folder where that
+    is this drafter's own name (an earlier version of it, kept elsewhere)."""
+    path = Path(drafter)
+    return path.name if path.name != own else f"{path.parent.name}/{path.name}"
+
+
+def compared_table(result: dict, own: str) -> str:
     """Per prompt, this drafter beside each `--compare-drafter` one, on the same AR runs."""
     if not result.get("compared"):
         return ""
     others = result["compared"]
+    labels = [compared_label(o["drafter"], own) for o in others]
 
     def x(v) -> str:
         return "-" if v is None else f"{v:.2f}x"
@@ -98,7 +106,7 @@ def compared_table(result: dict) -> str:
     def ar_rate(r: dict) -> str:  # ended at its first token: one token over no time is no rate
         return f"{r['ar_tok_s']:.1f}" if decoded(r) else "-"
 
-    head = " | ".join(f"{Path(o['drafter']).name} speedup | tau" for o in others)
+    head = " | ".join(f"{label} speedup | tau" for label in labels)
     rows = "\n".join(
         f"| `{r['prompt'][:40].replace(chr(10), '⏎')}` | {ar_rate(r)} | {x(r['speedup'])} | "
         f"{t(r['mean_acceptance_length'])} | "
@@ -110,7 +118,7 @@ def compared_table(result: dict) -> str:
                + " | ".join(f"{x(o['speedup'])} | {t(o['mean_acceptance_length'])}" for o in others) + " |")
     cols = 4 + 2 * len(others)  # prompt, AR tok/s, this drafter's speedup and tau, then two a drafter
     return f"""
-### Beside {", ".join(f"`{Path(o['drafter']).name}`" for o in others)} (same AR runs, same bench)
+### Beside {", ".join(f"`{label}`" for label in labels)} (same AR runs, same bench)
 
 | prompt | AR tok/s | this speedup | tau | {head} |
 | {" | ".join(["---"] + ["---:"] * (cols - 1))} |
