@@ -9,6 +9,7 @@ rebuild, so this runs that step for every recipe on a tiny corpus.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -325,9 +326,19 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     import numpy as np
     from tokenizers import Tokenizer
 
-    from copy_rows import copy_row, renamed
+    from copy_rows import copy_row, disguised, renamed
 
     rng = np.random.default_rng(0)
+    source = "def count_lines(path):\n    with open(path) as handle:\n        return len(list(handle))\n"
+    masked = disguised(source, rng)
+    names = r"[A-Za-z_]\w*"
+    pairs = list(zip(re.findall(names, source), re.findall(names, masked)))
+    assert len(pairs) == len(re.findall(names, masked)) and re.sub(names, "", masked) == re.sub(names, "", source)
+    mapping = dict(pairs)
+    assert all(mapping[a] == b for a, b in pairs)  # a name is replaced the same way everywhere
+    assert len(set(mapping.values())) == len(mapping)  # by a name of its own
+    assert all(mapping[k] == k for k in ("def", "with", "open", "as", "return", "len", "list"))
+    assert any(mapping[n] != n for n in ("count_lines", "path", "handle"))
     loop = "total = 0\nfor item in items:\n    total += item\n"  # total and item occur twice
     changed = renamed(loop, rng)
     assert changed != loop and changed.count("\n") == loop.count("\n") and "items" in changed
