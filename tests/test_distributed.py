@@ -155,6 +155,26 @@ def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
     assert curve["cached"] is False  # ranks never read a per-host cache
 
 
+def test_rank_0s_clock_decides_every_ranks_calibration_sweeps(sharded_pairs, tmp_path):
+    """How many timing sweeps a depth takes hangs on the clock, and each rank reads its own: here rank
+    1's would always allow another and rank 0's never. Every rank takes rank 0's count; a rank that
+    took a sweep more ran its verifies' collectives alone (`generate` with auto hung 1 run in 3)."""
+    target, drafter = sharded_pairs["dense"]
+    script = _rank_job(f"""
+        from engine.decode.cost_curve import measure
+        from engine.models.pair import load_pair
+        pair = load_pair({str(target)!r}, {str(drafter)!r}, ranks=args.ranks)
+        curve = measure(pair, block=4, repeats=1, budget_s=0.0 if args.ranks.rank == 0 else 1e9)
+        with open({str(tmp_path)!r} + f"/rank{{args.ranks.rank}}.txt", "w") as out:  # only rank 0 prints
+            out.write(str(curve.sweeps))
+        return 0
+    """)
+    proc = launch([], script=script, script_dir=tmp_path, DFLASH_RANK_TIMEOUT="60", timeout=240)
+    sweeps = [(tmp_path / f"rank{r}.txt").read_text() if (tmp_path / f"rank{r}.txt").exists() else None
+              for r in (0, 1)]
+    assert sweeps == ["1", "1"], (sweeps, proc.stdout, proc.stderr[-2000:])
+
+
 def test_parity_under_launch_reports_from_rank_0(sharded_pairs):
     target, drafter = sharded_pairs["qwen3_next"]  # pipeline
     proc = launch(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,

@@ -53,7 +53,7 @@ from engine.models.cache_state import mark, restore
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
 from engine.runtime import blas
-from engine.runtime.distributed import from_root
+from engine.runtime.distributed import from_root, rank_0_decides
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
 
@@ -153,7 +153,9 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
     ar: list[float] = []
     draft: list[list[float]] = [[] for _ in range(block)]
     sweeps, start = 0, time.perf_counter()
-    while more_sweeps(sweeps, repeats, time.perf_counter() - start, budget_s):
+    # rank 0's clock decides for every rank of a sharded target: on their own, one rank once took a
+    # sweep more than the other and ran its verifies' collectives alone (a hang, 1 run in 3 here)
+    while rank_0_decides(more_sweeps(sweeps, repeats, time.perf_counter() - start, budget_s), pair.ranks):
         for length in range(1, block + 1):
             if cancel.cancelled:
                 raise CalibrationCancelled("calibration was cancelled.")

@@ -132,6 +132,15 @@ def from_root(x: mx.array, ranks: Ranks) -> mx.array:
     return mx.distributed.all_sum(mine, group=ranks.group)
 
 
+def rank_0_decides(flag: bool, ranks: Ranks) -> bool:
+    """Rank 0's `flag` on every rank. For choices made by a clock (take another timing sweep?): each
+    host's clock answers differently, and a rank that runs one forward more than another runs the
+    model's collectives alone and waits in them forever."""
+    if not ranks.sharded:
+        return flag
+    return bool(from_root(mx.array(int(flag)), ranks).item())
+
+
 def collective_ms(ranks: Ranks, shape: tuple[int, ...], dtype: Any, repeats: int = 20) -> float:
     """Median wall time of one all_sum of an array of `shape` across the group: what each of the
     model's collectives costs on this link (tensor parallel runs two per layer per forward)."""
