@@ -158,7 +158,7 @@ def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
 def test_rank_0s_clock_decides_every_ranks_calibration_sweeps(sharded_pairs, tmp_path):
     """How many timing sweeps a depth takes hangs on the clock, and each rank reads its own: here rank
     1's would always allow another and rank 0's never. Every rank takes rank 0's count; a rank that
-    took a sweep more ran its verifies' collectives alone (`generate` with auto hung 1 run in 3)."""
+    took a sweep more ran its verifies' collectives alone (`generate` with auto hung in 2 runs of 15)."""
     target, drafter = sharded_pairs["dense"]
     script = _rank_job(f"""
         from engine.decode.cost_curve import measure

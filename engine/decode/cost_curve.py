@@ -154,7 +154,7 @@ def _measure_depth(pair: LoadedPair, depth: int, block: int, repeats: int, windo
     draft: list[list[float]] = [[] for _ in range(block)]
     sweeps, start = 0, time.perf_counter()
     # rank 0's clock decides for every rank of a sharded target: on their own, one rank once took a
-    # sweep more than the other and ran its verifies' collectives alone (a hang, 1 run in 3 here)
+    # sweep more than the other and ran its verifies' collectives alone (a hang in 2 of 15 runs here)
     while rank_0_decides(more_sweeps(sweeps, repeats, time.perf_counter() - start, budget_s), pair.ranks):
         for length in range(1, block + 1):
             if cancel.cancelled:
