@@ -339,6 +339,13 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     assert len(set(mapping.values())) == len(mapping)  # by a name of its own
     assert all(mapping[k] == k for k in ("def", "with", "open", "as", "return", "len", "list"))
     assert any(mapping[n] != n for n in ("count_lines", "path", "handle"))
+    import copy_rows
+
+    monkeypatch.setattr(copy_rows, "SYLLABLES", ("ka", "lo"))  # made-up names that often coincide
+    crowded = " ".join(f"name{i}" for i in range(6)) + " kaka"
+    for _ in range(20):  # never two names made one, nor one made into a name the text has
+        words = disguised(crowded, rng).split()
+        assert len(set(words)) == len(words), words
     loop = "total = 0\nfor item in items:\n    total += item\n"  # total and item occur twice
     changed = renamed(loop, rng)
     assert changed != loop and changed.count("\n") == loop.count("\n") and "items" in changed

@@ -46,8 +46,15 @@ def made_up_name(rng: np.random.Generator) -> str:
 def disguised(text: str, rng: np.random.Generator) -> str:
     """`text` with most of its names (not keywords, builtins, self or cls) replaced everywhere by
     made-up ones, each name by its own."""
-    names = sorted({n for n in IDENTIFIER.findall(text) if not keyword.iskeyword(n) and n not in KEPT})
-    new = {n: made_up_name(rng) for n in names if rng.random() < DISGUISE_SHARE}
+    taken = set(IDENTIFIER.findall(text))
+    new: dict[str, str] = {}
+    for name in sorted(n for n in taken if not keyword.iskeyword(n) and n not in KEPT):
+        if rng.random() < DISGUISE_SHARE:
+            made = made_up_name(rng)
+            while made in taken:  # two names made one, or a name the text already has
+                made = made_up_name(rng)
+            taken.add(made)
+            new[name] = made
     if not new:
         return text
     return IDENTIFIER.sub(lambda m: new.get(m.group(0), m.group(0)), text)
