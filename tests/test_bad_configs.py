@@ -55,7 +55,6 @@ def _assert_runs_or_one_line(code, err, case):
         assert len(err.splitlines()) == 1 and err.startswith("error: "), (case, err)
 
 
-
 def test_the_unbroken_pair_runs(qwen3_tied_dirs, capsys):
     """The arguments every case runs with do run a pair: the cases below can tell a run from a stop."""
     target, drafter = qwen3_tied_dirs
