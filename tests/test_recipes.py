@@ -350,6 +350,8 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     changed = renamed(loop, rng)
     assert changed != loop and changed.count("\n") == loop.count("\n") and "items" in changed
     assert renamed("x = 1\n", rng) == "x = 1\n"  # nothing occurs twice: nothing to rename
+    builtin_twice = "n = len(items)\nprint(len(items), n)\n"
+    assert all("len(" in renamed(builtin_twice, rng) and "print(" in renamed(builtin_twice, rng) for _ in range(10))
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD))
     args = build_demo_target.parse_args(["--vocab-size", "320", "--run-dir", str(tmp_path), "--synthetic-modules", "0"])
     data = build_demo_target.prepare_data(args, tmp_path)
@@ -360,6 +362,68 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
         text = tok.decode(row.tolist())
         lines = [line for line in text.splitlines() if line.strip()]
         assert len(set(lines)) < len(lines)  # something is written twice
+
+
+def test_copy_probe_tells_a_model_that_copies_from_one_that_does_not(tmp_path, monkeypatch):
+    """copy_probe's two losses: a model that predicts what followed the last occurrence of the
+    current token (an induction head, by hand) scores far lower on the copies than on the spans;
+    one that ignores its context scores the same on both."""
+    import numpy as np
+    import mlx.core as mx
+    from tokenizers import Tokenizer
+
+    from copy_rows import copy_probe
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD))
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "0"])
+    data = build_demo_target.prepare_data(args, tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer" / "tokenizer.json"))
+    vocab = tok.get_vocab_size()
+
+    def induction(x):  # predicts what followed the longest earlier match of the text so far
+        row = x[0].tolist()
+        logits = np.zeros((1, len(row), vocab), dtype=np.float32)
+        for t in range(len(row)):
+            best, at = 0, None
+            for i in range(t):
+                n = 0
+                while n <= i and row[i - n] == row[t - n]:
+                    n += 1
+                if n > best:
+                    best, at = n, i
+            if at is not None:
+                logits[0, t, row[at + 1]] = 10.0
+        return mx.array(logits)
+
+    span, copy = copy_probe(induction, tok, data["train_ids"], spans=4)
+    assert copy < 0.3 * span
+    blind_span, blind_copy = copy_probe(lambda x: mx.zeros((1, x.shape[1], vocab)), tok, data["train_ids"], spans=4)
+    assert abs(blind_span - blind_copy) < 1e-3 and abs(blind_span - np.log(vocab)) < 1e-3
+
+
+def test_target_recipe_stops_at_max_minutes_with_its_checkpoint_and_card(tmp_path, monkeypatch):
+    """--max-minutes (a lent GPU's fixed time) ends training early, yet writes the checkpoint a
+    --resume goes on from, the model and a card that says it stopped; a copy run's card and report
+    carry the copy probe."""
+    import json
+    import math
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD * 20))
+    monkeypatch.setattr(build_demo_target, "verify_and_sample", lambda *a, **k: [("def f():", "\n    pass")])
+    out, run = tmp_path / "target", tmp_path / "run"
+    argv = ["--vocab-size", "320", "--synthetic-modules", "0", "--run-dir", str(run), "--out", str(out),
+            "--hidden-size", "64", "--layers", "2", "--head-dim", "16", "--intermediate-size", "128",
+            "--steps", "40", "--batch-size", "2", "--seq-len", "32", "--warmup", "1", "--eval-every", "0",
+            "--copy-share", "0.5", "--max-minutes", "1e-6"]
+    build_demo_target.main(argv)
+    report = json.loads((run / "report.json").read_text())
+    assert report["stopped_at_step"] == 1 and report["steps"] == 40
+    assert json.loads((run / "latest.json").read_text())["step"] == 1
+    assert all(math.isfinite(v) for v in report["copy_probe"].values())
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "1 steps (stopped by --max-minutes; the schedule was 40)" in card and "Copy probe" in card
+    build_demo_target.main(argv[:-2] + ["--resume"])
+    assert "stopped_at_step" not in json.loads((run / "report.json").read_text())
 
 
 def test_draft_model_recipe_distills_a_small_target_and_loads(tmp_path, monkeypatch):

@@ -71,7 +71,7 @@ from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.qwen3 import Model, ModelArgs  # noqa: E402
 
 import corpus  # noqa: E402
-from copy_rows import copy_row  # noqa: E402
+from copy_rows import copy_probe, copy_row  # noqa: E402
 from synthetic_code import synthetic_corpus  # noqa: E402
 from train_device import training_device  # noqa: E402
 
@@ -106,6 +106,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--max-minutes", type=float, default=0.0,
+                    help="stop training after this many minutes (checkpoint and output written; the schedule "
+                         "stays --steps'), for a run on a lent machine with a fixed time")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
@@ -244,13 +247,14 @@ def sample_batch(rng: np.random.Generator, ids: np.ndarray, batch: int, seq_len:
                  copy_share: float = 0.0, tokenizer=None):
     """Random windows; each row comes from `synth` with probability `share`; a row from `ids` starts
     at one of `file_starts` (a file's first token) with probability `start_share`, or (with
-    probability `copy_share`) is a copy row (copy_rows.py)."""
+    probability `copy_share`) is a copy row (copy_rows.py) of a span of its source. Copy rows drew
+    on the standard library alone until stop 49, whose GPU run drifted the target's style towards it."""
     rows = []
     for _ in range(batch):
-        if copy_share and rng.random() < copy_share:
-            rows.append(copy_row(rng, tokenizer, ids, seq_len))
-            continue
         src = synth if synth is not None and len(synth) > seq_len + 1 and rng.random() < share else ids
+        if copy_share and rng.random() < copy_share:
+            rows.append(copy_row(rng, tokenizer, src, seq_len))
+            continue
         s = int(rng.integers(0, len(src) - seq_len - 1))
         if src is ids and file_starts is not None and start_share > 0 and rng.random() < start_share:
             fitting = file_starts[file_starts < len(ids) - seq_len - 1]
@@ -469,6 +473,8 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
     n_params = report["params"]
     size_mb = (out / "model.safetensors").stat().st_size / 1e6
     fib = samples[0]
+    stopped = "stopped_at_step" in report
+    ran = report["stopped_at_step"] if stopped else report["steps"]
     lines = [
         "# demo-target",
         "",
@@ -505,10 +511,11 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
         "## Training",
         "",
         *([f"- Initialised from `{args.init_from}`: {args.init_note}"] if args.init_from else []),
-        f"- {report['steps']} steps, batch {args.batch_size} x {args.seq_len} tokens"
+        f"- {ran} steps" + (f" (stopped by --max-minutes; the schedule was {report['steps']})" if stopped else "")
+        + f", batch {args.batch_size} x {args.seq_len} tokens"
         + (f" (every other step {step_shape(args, 2)[0]} x {args.alt_seq_len})" if args.alt_seq_len else "")
-        + f" ({report['steps'] * args.batch_size * args.seq_len:,} tokens, "
-        f"{report['steps'] * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows"
+        + f" ({ran * args.batch_size * args.seq_len:,} tokens, "
+        f"{ran * args.batch_size * args.seq_len / data['train_tokens']:.2f} epochs; random windows"
         + (f", {args.file_start_share:.0%} of standard-library rows from a file's start" if args.file_start_share else "")
         + (f", {args.copy_share:.0%} of rows a span and its copy (copy_rows.py)" if args.copy_share else "")
         + ").",
@@ -524,6 +531,9 @@ def write_model_card(out: Path, args, cfg, data, report: dict, samples) -> None:
            + ", ".join(f"{k}: {v:.3f}" for k, v in report["heldout_loss_by_depth"].items())
            + " (a model that uses its long context gets lower loss deeper in a window)."]
           if report.get("heldout_loss_by_depth") else []),
+        *([f"- Copy probe (`copy_rows.copy_probe`, 24 held-out spans with disguised names, each followed by "
+           f"itself): loss {report['copy_probe']['span']:.2f} on the spans, {report['copy_probe']['copy']:.2f} on "
+           "their copies (a model that copies scores near 0 there)."] if report.get("copy_probe") else []),
         "",
         "## Sample (greedy, `mlx_lm.stream_generate`)",
         "",
@@ -609,6 +619,7 @@ def main(argv=None) -> None:
     t_start = time.time()
     t_window = time.time()
     t_aside = 0.0  # time spent on evals and checkpoints, kept out of the step timings
+    step, out_of_time = start_step, False
     for step in range(start_step + 1, args.steps + 1):
         batch, seq_len = step_shape(args, step)
         x, y = sample_batch(rng, data["train_ids"], batch, seq_len, data["synth_ids"], args.synthetic_share,
@@ -631,10 +642,13 @@ def main(argv=None) -> None:
         if args.eval_every and step % args.eval_every == 0 and step != args.steps:
             te = time.time()
             heldout = heldout_loss(model, data["held_ids"], args.seq_len)
-            log(f"step {step} held-out loss {heldout:.3f} ({time.time() - te:.1f}s)")
+            probe = f", copy probe {'/'.join(f'{v:.2f}' for v in copy_probe(model, tokenizer, data['held_ids']))}" \
+                if tokenizer else ""
+            log(f"step {step} held-out loss {heldout:.3f}{probe} ({time.time() - te:.1f}s)")
             t_aside += time.time() - te
             t_window += time.time() - te
-        if step % args.ckpt_every == 0 or step == args.steps:
+        out_of_time = args.max_minutes and time.time() - t_start > args.max_minutes * 60
+        if step % args.ckpt_every == 0 or step == args.steps or out_of_time:
             tc = time.time()
             save_checkpoint(run_dir, model, opt, step, rng, {
                 "train_wall_s": prev_wall + time.time() - t_start,
@@ -643,6 +657,9 @@ def main(argv=None) -> None:
             })
             t_aside += time.time() - tc
             t_window += time.time() - tc
+        if out_of_time:
+            log(f"--max-minutes {args.max_minutes:g}: stopped after step {step} of {args.steps} (--resume goes on)")
+            break
     train_wall = prev_wall + time.time() - t_start
 
     heldout = heldout_loss(model, data["held_ids"], args.seq_len)
@@ -652,10 +669,15 @@ def main(argv=None) -> None:
     log(f"final: train loss {final_train:.3f} held-out loss {heldout:.3f} wall {train_wall / 60:.1f}m")
     report = {
         "params": n_params, "steps": args.steps, "steps_run_total": steps_run_total,
+        **({"stopped_at_step": step} if out_of_time else {}),
         "train_wall_s": train_wall, "final_train_loss": final_train,
         "train_loss_window": min(len(recent), 50), "heldout_loss": heldout,
         **({"heldout_loss_by_depth": by_depth, "heldout_depth_window": longest} if by_depth else {}),
     }
+    if tokenizer:
+        report["copy_probe"] = dict(zip(("span", "copy"), copy_probe(model, tokenizer, data["held_ids"])))
+        log(f"copy probe: loss {report['copy_probe']['span']:.2f} on held-out spans, "
+            f"{report['copy_probe']['copy']:.2f} on their copies")
     write_output(args, cfg, data, model, out, report)
 
     prompts = [json.loads(l)["prompt"] for l in (HERE / "eval_prompts.jsonl").read_text().splitlines() if l.strip()]
