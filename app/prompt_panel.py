@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
-    DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES,
+    DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT,
     GenerationSettings, SamplingSettings,
 )
 from app.settings import AppSettings
@@ -187,7 +187,7 @@ class PromptPanel(QGroupBox):
             self.set_prompt(text)
         if prompt.get("format") in PROMPT_FORMATS:
             self.format.setCurrentIndex(max(0, self.format.findData(prompt["format"])))
-        if header.get("mode") in MODES:
+        if header.get("mode") in self.mode_buttons:  # lookup and draft-model runs are the Race tab's
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
         for box, key in ((self.block_auto, "auto"), (self.lookup, "lookup")):
@@ -195,7 +195,7 @@ class PromptPanel(QGroupBox):
             if header.get("mode") == "dflash" and isinstance(settings.get(key), bool):
                 box.setChecked(settings[key])
         sampling = settings.get("sampling") if isinstance(settings.get("sampling"), dict) else {}
-        block = settings.get("block_size")
+        block = settings.get("block_size") if header.get("mode") == "dflash" else None  # draft-model: num_draft + 1
         model = header.get("model") if isinstance(header.get("model"), dict) else {}
         if block is not None and block == model.get("block_size"):  # a run resolves "drafter's" to the drafter's own
             block = 0

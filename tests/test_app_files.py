@@ -89,6 +89,11 @@ def test_a_trace_of_an_ar_run_leaves_the_dflash_choices_alone(make_window):
     assert w.prompt.mode() == "ar" and w.prompt.lookup.isChecked() and w.prompt.block_auto.isChecked()
     w.prompt.apply_trace_header({"mode": "dflash", "settings": {"auto": True, "lookup": False}})
     assert not w.prompt.lookup.isChecked() and w.prompt.block_auto.isChecked()
+    # A draft-model run (the Race tab's) keeps the panel's mode, and its block (num_draft + 1) is no block size.
+    w.prompt.set_mode("ar")
+    w.prompt.block_size.setValue(8)
+    w.prompt.apply_trace_header({"mode": "draft-model", "settings": {"block_size": 4, "max_tokens": 33}})
+    assert w.prompt.mode() == "ar" and w.prompt.block_size.value() == 8 and w.prompt.max_tokens.value() == 33
 
 
 def test_replay_without_the_tokenizer_keeps_the_text(qtbot, make_window, qwen3_tied_dirs, tmp_path):
