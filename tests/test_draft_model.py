@@ -13,7 +13,7 @@ from app.cli import main as cli
 from engine.decode.prompts import encode_prompt
 from engine.decode.proposers import DraftModelProposer
 from engine.decode.settings import GenerationSettings, SamplingSettings
-from engine.errors import IncompatiblePairError, SettingsError
+from engine.errors import DFlashError, IncompatiblePairError, SettingsError
 from fixtures import tiny_models as tm
 
 from conftest import PROMPTS
@@ -109,4 +109,13 @@ def test_a_drafter_or_broken_weights_as_the_draft_model_get_their_own_sentence(q
     shutil.copytree(qwen3_tied_dirs[0], broken)
     (broken / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(broken), max_tokens=4)
+    # A folder without weights or tokenizer is named the draft model, not the target (the user would look there).
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(DFlashError, match="no \\*.safetensors weights in the draft model folder"):
+        run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(broken), max_tokens=4)
+    shutil.copy(qwen3_tied_dirs[0] / "model.safetensors", broken)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (broken / name).unlink(missing_ok=True)
+    with pytest.raises(DFlashError, match="the draft model cannot read a prompt"):
         run(qwen3_pair, [5, 6, 7], mode="draft-model", draft_model=str(broken), max_tokens=4)

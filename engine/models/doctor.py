@@ -80,15 +80,16 @@ def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
                           f"'num_attention_heads' {heads} (and no 'head_dim' is given).")
 
 
-def check_target_files(path: Path) -> dict[str, Any]:
+def check_target_files(path: Path, role: str = "target") -> dict[str, Any]:
+    """A model folder's files (`role` names it in the messages: the target, or a draft model)."""
     config = read_config_json(path)
     check_target_sizes(path / "config.json", flat_config(config))  # the required sizes among them
     dims = target_dims(config)
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
-        raise DFlashError(f"{path}: no *.safetensors weights in the target folder.")
+        raise DFlashError(f"{path}: no *.safetensors weights in the {role} folder.")
     check_shards_present(path)
-    check_tokenizer_present(path)
+    check_tokenizer_present(path, role)
     shapes = {}
     for w in weights:
         shapes.update({name: (shape, w.name) for name, shape in read_tensor_shapes(w).items()})
@@ -104,7 +105,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
                    "sentencepiece.bpe.model", "tekken.json")
 
 
-def check_tokenizer_present(path: Path) -> None:
+def check_tokenizer_present(path: Path, role: str = "target") -> None:
     if any((path / name).is_file() for name in TOKENIZER_FILES) or any(path.glob("*tiktoken*")):
         return
     try:
@@ -112,7 +113,7 @@ def check_tokenizer_present(path: Path) -> None:
             return
     except (OSError, ValueError, TypeError):
         pass
-    raise DFlashError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); the target cannot read a "
+    raise DFlashError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); the {role} cannot read a "
                       "prompt. Copy its tokenizer files into the folder, or download the model again.")
 
 

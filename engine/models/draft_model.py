@@ -66,7 +66,7 @@ def check_draft_model_files(path: Path) -> None:
         raise IncompatiblePairError(f"{path}: this is a DFlash drafter, not a draft model; give it as the drafter "
                                     "(--drafter). A draft model is a small autoregressive model with the "
                                     "target's tokenizer.")
-    check_target_files(path)
+    check_target_files(path, "draft model")
 
 
 def _vocab_size(config: dict[str, Any]) -> int:
