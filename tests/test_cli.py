@@ -365,6 +365,28 @@ def test_mlx_lm_and_our_loops_take_turns_going_first(qwen3_tied_dirs, monkeypatc
     assert pairs.count(("mlx-lm", "ours")) == 2 and result["draft_model_vs_mlx_lm"] > 0
 
 
+def test_mlx_lm_reference_loops_sample_at_the_runs_settings_and_need_our_draft_model_run(qwen3_tied_dirs):
+    """At T > 0 mlx-lm's loops sample with the run's settings and seed (they were greedy, timed beside
+    our sampled runs); a race times mlx-lm's speculative loop only beside our draft-model method (it
+    printed 'ours 0.0' without one)."""
+    from engine.decode.settings import GenerationSettings, SamplingSettings
+    from engine.errors import DFlashError
+    from engine.models.pair import load_pair
+    from engine.tools import race
+    from engine.tools.bench import mlx_lm_responses
+
+    pair = load_pair(*qwen3_tied_dirs)
+    ids = pair.tokenizer.encode("import json\n")
+    greedy = [r.token for r in mlx_lm_responses(pair, ids, 12)]
+    hot = SamplingSettings(temperature=1.5, seed=3)
+    sampled = [r.token for r in mlx_lm_responses(pair, ids, 12, hot)]
+    assert sampled == [r.token for r in mlx_lm_responses(pair, ids, 12, hot)] and sampled != greedy
+    assert [r.token for r in mlx_lm_responses(pair, ids, 12, SamplingSettings())] == greedy
+    settings = GenerationSettings(max_tokens=4, draft_model=str(qwen3_tied_dirs[0]), num_draft=2)
+    with pytest.raises(DFlashError, match="add draft-model to --methods"):
+        race.run_race(pair, [("x", ids)], settings, ["ar", "lookup"], with_mlx_lm=True)
+
+
 def test_generate_parity_and_bench_verify_auto_lengths_unless_given_a_block():
     """auto is what a user gets (the measured default, engine/decode/settings.py); a number fixes the block."""
     from engine.tools.cli import _settings

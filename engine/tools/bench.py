@@ -15,7 +15,7 @@ from engine.decode.stats import RoundStats
 from engine.decode.cancel import CancelToken
 from engine.decode.decoder import generate
 from engine.decode.prefill import check_prompt
-from engine.decode.settings import GenerationSettings
+from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.tools.parity import round_in_ar_steps
 from engine.models.pair import LoadedPair, activate
 from engine.tools.textfiles import jsonl_strings
@@ -69,9 +69,11 @@ def check_prompts(pair: LoadedPair, prompts: list[tuple[str, list[int]]], max_to
             raise DFlashError(f"prompt {n} ({text[:40]!r}): {exc}") from None
 
 
-def mlx_lm_responses(pair: LoadedPair, ids: list[int], max_tokens: int, **kwargs) -> Iterator[Any]:
-    """mlx-lm's own stream_generate (greedy) on the target and prompt, response by response, our taps
-    not recording: the reference loops (`kwargs`: e.g. its draft_model and num_draft_tokens)."""
+def mlx_lm_responses(pair: LoadedPair, ids: list[int], max_tokens: int, sampling: Optional[SamplingSettings] = None,
+                     **kwargs) -> Iterator[Any]:
+    """mlx-lm's own stream_generate on the target and prompt, response by response, our taps not
+    recording: the reference loops (`kwargs`: e.g. its draft_model and num_draft_tokens). Greedy, or
+    at T > 0 mlx-lm's sampler at the run's settings and seed, so both loops do the same kind of work."""
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
@@ -79,14 +81,20 @@ def mlx_lm_responses(pair: LoadedPair, ids: list[int], max_tokens: int, **kwargs
 
     if pair.taps is not None:
         pair.taps.recording = False
+    if sampling is not None and sampling.temperature > 0:
+        from mlx_lm.sample_utils import make_sampler
+
+        mx.random.seed(sampling.seed)
+        kwargs["sampler"] = make_sampler(sampling.temperature, top_p=sampling.top_p, min_p=sampling.min_p,
+                                         top_k=sampling.top_k)
     with mx.stream(STREAM):
         yield from stream_generate(pair.target, pair.tokenizer, mx.array(ids), max_tokens=max_tokens, **kwargs)
 
 
-def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int) -> float:
-    """mlx-lm's own greedy generation on the same model and prompt: its generation tok/s."""
+def mlx_lm_tok_s(pair: LoadedPair, ids: list[int], max_tokens: int, sampling: Optional[SamplingSettings] = None) -> float:
+    """mlx-lm's own generation on the same model and prompt: its generation tok/s."""
     last = None
-    for last in mlx_lm_responses(pair, ids, max_tokens):
+    for last in mlx_lm_responses(pair, ids, max_tokens, sampling):
         pass
     return float(last.generation_tps)
 
@@ -176,7 +184,7 @@ def run_bench(
                     summaries.append(summary)
                     other_rounds += rs
                 if with_mlx_lm:
-                    reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens))
+                    reference.append(mlx_lm_tok_s(pair, ids, settings.max_tokens, settings.sampling))
             row = {"prompt": text, "prompt_tokens": len(ids), **figures(ar_runs, df_runs, rounds),
                    "speedup_range": speedup_range(ar_runs, df_runs)}
             if with_mlx_lm:

@@ -118,7 +118,7 @@ def paired_range(ours: list[tuple[int, float]], theirs: list[tuple[int, float, f
 
 
 def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSettings) -> tuple[int, float, float]:
-    """mlx-lm's own speculative generation (greedy) with the same draft model and draft count:
+    """mlx-lm's own speculative generation with the same draft model, draft count and sampling:
     (tokens, seconds) after its first round (a round ends at a token that is not a draft), and its
     own generation_tps."""
     import time
@@ -127,7 +127,7 @@ def mlx_lm_speculative(pair: LoadedPair, ids: list[int], settings: GenerationSet
 
     draft = draft_model_for(pair, settings.draft_model)
     ends, counts, last, n = [], [], None, 0
-    for last in mlx_lm_responses(pair, ids, settings.max_tokens, draft_model=draft.model,
+    for last in mlx_lm_responses(pair, ids, settings.max_tokens, settings.sampling, draft_model=draft.model,
                                  num_draft_tokens=settings.num_draft):
         n += 1
         if not last.from_draft:  # the round's own token: its last
@@ -154,6 +154,9 @@ def run_race(
         raise DFlashError("the draft-model method needs --draft-model (a small model with the target's tokenizer).")
     if with_mlx_lm and not settings.draft_model:
         raise DFlashError("--with-mlx-lm races mlx-lm's speculative generation: it needs --draft-model too.")
+    if with_mlx_lm and "draft-model" not in methods:
+        raise DFlashError("--with-mlx-lm in a race times mlx-lm's speculative generation beside our draft-model "
+                          "method: add draft-model to --methods.")
     per_method = checked_methods(pair, settings, methods)
     check_prompts(pair, prompts, settings.max_tokens)
     progress("warm-up")
@@ -278,3 +281,7 @@ def print_race(result: dict) -> None:
               + (f"; our draft-model mode {ratio:.2f}x of it" if ratio else "")
               + (" (runs {:.2f}-{:.2f}x)".format(*result["draft_model_vs_mlx_lm_range"])
                  if result.get("draft_model_vs_mlx_lm_range") else ""))
+        if temperature > 0:
+            print("  at T > 0 mlx-lm samples at the same settings but keeps a draft only when the target's own "
+                  "sample equals it (ours accepts by the ratio of the two models' probabilities, exact in "
+                  "distribution), so the two loops accept differently as well as run differently.")
