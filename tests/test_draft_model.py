@@ -95,6 +95,39 @@ def test_what_draft_model_mode_refuses(qwen3_pair, oracle_dirs, tmp_path, capsys
     assert code == 2 and "needs a draft model" in capsys.readouterr().err
 
 
+def test_flags_a_run_would_ignore_are_named_and_a_contradiction_refused(oracle_dirs, tmp_path, capsys):
+    """A flag taken and ignored reads as a setting that took effect: generate, parity and bench name each
+    one on stderr (the run goes on, so a command line can be rerun with another --mode); --mode lookup
+    --no-lookup and --compare-drafter in a race are refused."""
+    target, drafter = (str(d) for d in oracle_dirs[:2])
+    base = ["--target", target, "--prompt", "hi", "--raw", "--max-tokens", "3"]
+    assert cli(["generate", *base, "--mode", "ar", "--drafter", drafter, "--draft-model", target, "--num-draft", "2",
+                "--lookup", "--block-size", "4"]) == 0
+    err = capsys.readouterr().err
+    for flag in ("--draft-model", "--num-draft", "--lookup/--no-lookup", "--drafter", "--block-size"):
+        assert f"note: {flag} is not used" in err, flag
+    assert cli(["generate", *base, "--mode", "draft-model", "--draft-model", target, "--num-draft", "2",
+                "--block-size", "4"]) == 0
+    assert capsys.readouterr().err.count("note:") == 1  # the block: a draft model drafts --num-draft a round
+    assert cli(["generate", *base, "--mode", "dflash", "--drafter", drafter, "--num-draft", "2"]) == 0
+    assert "note: --num-draft is not used: only --mode draft-model takes it" in capsys.readouterr().err
+    assert cli(["generate", *base, "--mode", "dflash", "--drafter", drafter, "--no-lookup"]) == 0
+    assert "note:" not in capsys.readouterr().err  # everything given was used
+    assert cli(["generate", *base, "--mode", "lookup", "--no-lookup"]) == 2
+    assert "--no-lookup contradicts it" in capsys.readouterr().err
+    assert cli(["parity", *base, "--drafter", drafter, "--draft-model", target]) == 0
+    assert "note: --draft-model is not used" in capsys.readouterr().err
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    bench = ["bench", "--target", target, "--drafter", drafter, "--prompts", str(prompts), "--max-tokens", "3",
+             "--raw", "--json"]
+    assert cli([*bench, "--methods", "ar,lookup", "--num-draft", "5", "--no-lookup"]) == 0
+    err = capsys.readouterr().err
+    assert "the draft-model method in --methods takes it" in err and "each method says whether it looks up" in err
+    assert cli([*bench, "--methods", "ar,lookup", "--compare-drafter", drafter]) == 2
+    assert "--compare-drafter belongs to the plain bench" in capsys.readouterr().err
+
+
 def test_a_drafter_or_broken_weights_as_the_draft_model_get_their_own_sentence(qwen3_pair, qwen3_tied_dirs,
                                                                                tmp_path):
     """mlx-lm's load error called either 'this target' (a DFlash drafter's 25 extra parameters, or the

@@ -20,6 +20,7 @@ from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
+from engine.tools.unused_flags import check_bench_kind, say_unused
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
 
@@ -67,9 +68,9 @@ def _settings(args, mode: str):
         rollback=getattr(args, "rollback", DEFAULTS.rollback),
         draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
         draft_sink=draft_sink(args),
-        lookup=getattr(args, "lookup", LOOKUP_BY_DEFAULT),
+        lookup=LOOKUP_BY_DEFAULT if getattr(args, "lookup", None) is None else args.lookup,
         draft_model=getattr(args, "draft_model", None),
-        num_draft=getattr(args, "num_draft", DEFAULTS.num_draft),
+        num_draft=DEFAULTS.num_draft if getattr(args, "num_draft", None) is None else args.num_draft,
     )
 
 
@@ -162,6 +163,7 @@ def cmd_generate(args) -> int:
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
+    say_unused(args, {args.mode})
     pair = _load(args, with_drafter=args.mode == "dflash")
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
@@ -220,6 +222,7 @@ def cmd_parity(args) -> int:
 
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
+    say_unused(args, {"ar", "dflash"})
     pair, text = _load(args), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
@@ -237,14 +240,14 @@ def cmd_bench(args) -> int:
     from engine.tools.bench import load_prompts, run_bench
     from engine.decode.prompts import encode_prompt
 
-    if args.methods and args.block_sizes:
-        raise DFlashError("--methods and --block-sizes are two different benches; give one of them.")
+    check_bench_kind(args)
     texts = load_prompts(args.prompts)
     sizes = methods = None
     if args.methods:
         from engine.tools.race import parse_methods
 
         methods = parse_methods(args.methods)  # before loading: a typo costs nothing
+    say_unused(args, set(methods) if methods else {"ar", "dflash"}, race=bool(methods))
     if args.block_sizes:
         from engine.tools.bench_sizes import parse_sizes
 

@@ -1,0 +1,55 @@
+"""Flags a command would take and then ignore are named before it runs: a flag accepted in silence
+reads as a setting that took effect (a QA pass found --num-draft beside --mode dflash, --draft-model
+in a bench without the draft-model method, --mode lookup --no-lookup, all run without a word).
+
+A flag another mode would use is a note on stderr, not an error, so one command line can be rerun
+with another --mode; a flag that contradicts the run is an error."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.errors import DFlashError, SettingsError
+
+DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup"}  # the runs (modes and race methods) a DFlash drafter drafts
+
+
+def notes(args, runs: set[str], race: bool = False) -> list[str]:
+    """What of `args` none of `runs` uses; raises SettingsError where a flag contradicts them."""
+    lookup = getattr(args, "lookup", None)  # None: not given
+    if runs == {"lookup"} and lookup is False:
+        raise SettingsError("--mode lookup drafts by lookup alone: --no-lookup contradicts it (use --mode dflash "
+                            "--no-lookup for the drafter alone).")
+    said = []
+    if "draft-model" not in runs:
+        where = "the draft-model method in --methods" if race else "--mode draft-model"
+        for flag, given in (("--draft-model", getattr(args, "draft_model", None) is not None),
+                            ("--num-draft", getattr(args, "num_draft", None) is not None)):
+            if given:
+                said.append(f"{flag} is not used: only {where} takes it.")
+    if lookup is not None and (race or not runs & {"dflash"}):
+        said.append("--lookup/--no-lookup is not used: " + (
+            "each method says whether it looks up (dflash, dflash+lookup)." if race else
+            "only --mode dflash takes it (--mode lookup always looks up)."))
+    if not runs & DRAFTERS:
+        if getattr(args, "drafter", None) is not None:
+            said.append("--drafter is not used: no run here drafts with a DFlash drafter.")
+        if getattr(args, "block_size", None) not in (None, "auto"):
+            said.append("--block-size is not used: " + ("a draft model drafts --num-draft tokens a round."
+                                                         if "draft-model" in runs else "no run here drafts a block."))
+    return said
+
+
+def say_unused(args, runs: set[str], race: bool = False) -> None:
+    """notes(), each on stderr."""
+    for note in notes(args, runs, race):
+        print(f"note: {note}", file=sys.stderr)
+
+
+def check_bench_kind(args) -> None:
+    """bench is one of three benches (plain, --methods, --block-sizes): another's flags are refused."""
+    if args.methods and args.block_sizes:
+        raise DFlashError("--methods and --block-sizes are two different benches; give one of them.")
+    if args.compare_drafter and (args.methods or args.block_sizes):
+        raise DFlashError("--compare-drafter belongs to the plain bench (AR against each drafter); leave it out "
+                          f"of --{'methods' if args.methods else 'block-sizes'}.")
