@@ -57,7 +57,8 @@ class ElidedLabel(QLabel):
         self._elide()
 
     def _elide(self) -> None:
-        self.setText(self.fontMetrics().elidedText(self.line, Qt.ElideRight, max(self.width() - 4, 0)))
+        # the room inside the margins the bar's style gives it: the whole width put the "…" outside
+        self.setText(self.fontMetrics().elidedText(self.line, Qt.ElideRight, max(self.contentsRect().width() - 4, 0)))
 
 
 class StatusLine:

@@ -266,6 +266,9 @@ def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window,
         device.resize(width, device.height())
         text = device.text()
         assert metrics.horizontalAdvance(text) <= width and text.endswith("…") and device.toolTip().startswith(text[:-1])
+    device.setContentsMargins(8, 0, 8, 0)  # a style's margins (the bar's on Linux): the "…" stays inside them
+    device.resize(160, device.height())
+    assert metrics.horizontalAdvance(device.text()) <= device.contentsRect().width() and device.text().endswith("…")
     assert w.statusBar().toolTip() == ""
     run_and_wait(qtbot, w)
     assert w.status_labels["device"].toolTip() == here

@@ -52,6 +52,18 @@ def test_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
     b = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt", PROMPTS[2], "--raw",
                           "--max-tokens", "4", "--json"])
     assert a["prompt_token_ids"] == b["prompt_token_ids"]
+    f.write_bytes(b"\xef\xbb\xbf" + PROMPTS[2].encode())  # a Windows editor's byte-order mark: not prompt text
+    c = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt-file", str(f), "--raw",
+                          "--max-tokens", "4", "--json"])
+    assert c["prompt_token_ids"] == b["prompt_token_ids"]
+
+
+def test_bench_tables_cut_prompts_between_characters_not_inside_escapes():
+    from engine.tools.bench_report import prompt_label
+
+    assert prompt_label("x" * 28 + "\ny") == "x" * 28 + "\\n"
+    assert prompt_label("x" * 29 + "\ny") == "x" * 29  # not 'xxx\\': no lone backslash
+    assert prompt_label("a\tb") == "a\\tb" and len(prompt_label("x" * 99)) == 30
 
 
 def test_parity_command(qwen3_tied_dirs, capsys):
@@ -119,6 +131,10 @@ def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
     prompts.write_text('{"prompt": "ok"}\n{"text": "no prompt field"}\n')
     assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts)]) == 2
     assert "line 2" in capsys.readouterr().err
+    from engine.tools.bench import load_prompts
+
+    prompts.write_bytes(b'\xef\xbb\xbf{"prompt": "ok"}\n')  # a byte-order mark: line 1 read "not JSON"
+    assert load_prompts(prompts) == ["ok"]
 
 
 @pytest.mark.parametrize(

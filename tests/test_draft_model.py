@@ -106,6 +106,8 @@ def test_flags_a_run_would_ignore_are_named_and_a_contradiction_refused(oracle_d
     err = capsys.readouterr().err
     for flag in ("--draft-model", "--num-draft", "--lookup/--no-lookup", "--drafter", "--block-size"):
         assert f"note: {flag} is not used" in err, flag
+    assert cli(["generate", *base, "--mode", "lookup", "--draft-window", "8", "--draft-sink", "2"]) == 0
+    assert "note: --draft-window/--draft-sink is not used" in capsys.readouterr().err
     assert cli(["generate", *base, "--mode", "draft-model", "--draft-model", target, "--num-draft", "2",
                 "--block-size", "4"]) == 0
     assert capsys.readouterr().err.count("note:") == 1  # the block: a draft model drafts --num-draft a round

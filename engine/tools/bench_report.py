@@ -47,6 +47,21 @@ def below_ar(drafted: list[dict]) -> str:
 NOTHING_ACCEPTED_TAU = 1.05
 
 
+ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def prompt_label(text: str, width: int = 30) -> str:
+    """A table's prompt cell: line breaks and tabs written as escapes (a raw one breaks the columns),
+    cut to `width` between characters, never inside an escape."""
+    label = ""
+    for ch in text:
+        piece = ESCAPES.get(ch, ch)
+        if len(label) + len(piece) > width:
+            break
+        label += piece
+    return label
+
+
 def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     cols = ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms", "rollback_ms")
     spread = any(r.get("speedup_range") for r in result["per_prompt"])
@@ -54,7 +69,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
                                                             "verify ms", "rollback ms"))
           + ("repeats range".rjust(14) if spread else ""))
     for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
-        label = row["prompt"].replace("\n", "\\n")[:30]
+        label = prompt_label(row["prompt"])
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
             f"{row[c]:>14.{1 if c == 'dflash_tok_s' else 3}f}" if row[c] is not None and decoded(row) else "-".rjust(14)
             for c in cols[1:])
@@ -116,7 +131,7 @@ def print_compared(result: dict) -> None:
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(n.rjust(26) for n in names))
     rows = zip(*[d["per_prompt"] for d in drafters])
     for cells in list(rows) + [drafters]:
-        label = ("OVERALL" if cells is drafters else cells[0]["prompt"]).replace("\n", "\\n")[:30]
+        label = prompt_label("OVERALL" if cells is drafters else cells[0]["prompt"])
         figures = "".join((f"{c['speedup']:.2f}x ({c['mean_acceptance_length']:.2f})" if c["speedup"] and
                            c["mean_acceptance_length"] else "-").rjust(26) for c in cells)
         print(label.ljust(32) + _ar_cell(result, cells[0], 10, overall=cells is drafters) + figures)
@@ -130,7 +145,7 @@ def print_block_sizes(result: dict) -> None:
     names = result["sizes"]
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(f"x @{n}".rjust(10) for n in names))
     for row in result["per_prompt"]:
-        label = row["prompt"].replace("\n", "\\n")[:30]
+        label = prompt_label(row["prompt"])
         print(label.ljust(32) + _ar_cell(result, row, 10) + "".join(
             f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
     _say_no_rounds(result["per_prompt"])

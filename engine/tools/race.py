@@ -22,7 +22,7 @@ from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
 from engine.tools.bench import check_prompts, figures, mlx_lm_responses, ratio_range, speedup_range, warm_up
-from engine.tools.bench_report import below_ar
+from engine.tools.bench_report import below_ar, prompt_label
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
@@ -247,7 +247,7 @@ def print_race(result: dict) -> None:
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(m.rjust(20) for m in methods[1:]))
     rows = zip(*[result["methods"][m]["per_prompt"] for m in methods])
     for cells in list(rows) + [[result["methods"][m] for m in methods]]:
-        label = cells[0].get("prompt", "OVERALL").replace("\n", "\\n")[:30]
+        label = prompt_label(cells[0].get("prompt", "OVERALL"))
         ar = cells[0]["ar_tok_s"]
         figures = "".join(
             (f"{c['speedup']:.2f}x" + (f" ({c['mean_acceptance_length']:.2f})" if c["mean_acceptance_length"] else "")

@@ -9,10 +9,11 @@ from engine.errors import DFlashError
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """The file's UTF-8 text; `what` names it in the error ("the prompts file")."""
+    """The file's UTF-8 text; `what` names it in the error ("the prompts file"). A byte-order mark
+    (Windows editors write one) is dropped, as editors do: it was prompt text, three tokens of it."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise DFlashError(f"{path}: cannot read {what} ({exc.strerror or exc}).") from None
     except UnicodeDecodeError:

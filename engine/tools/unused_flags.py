@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError, SettingsError
 
 DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup"}  # the runs (modes and race methods) a DFlash drafter drafts
@@ -34,6 +35,9 @@ def notes(args, runs: set[str], race: bool = False) -> list[str]:
     if not runs & DRAFTERS:
         if getattr(args, "drafter", None) is not None:
             said.append("--drafter is not used: no run here drafts with a DFlash drafter.")
+        if getattr(args, "draft_window", DEFAULTS.draft_window) != DEFAULTS.draft_window or \
+                getattr(args, "draft_sink", None) is not None:
+            said.append("--draft-window/--draft-sink is not used: only a DFlash drafter's context has a window.")
         if getattr(args, "block_size", None) not in (None, "auto"):
             said.append("--block-size is not used: " + ("a draft model drafts --num-draft tokens a round."
                                                          if "draft-model" in runs else "no run here drafts a block."))
