@@ -125,8 +125,8 @@ def test_chrome_csv_and_png_exports(qtbot, make_window, qwen3_tied_dirs, tmp_pat
     chrome = tmp_path / "run.chrome.json"
     assert w.export_chrome(chrome)
     events = json.loads(chrome.read_text())["traceEvents"]
-    spans = [e for e in events if e["ph"] == "X"]
-    assert len(spans) == 3 * len(rounds)
+    spans = [e for e in events if e["ph"] == "X" and e["name"] != "prefill"]
+    assert len(spans) == 3 * len(rounds) and sum(e["name"] == "prefill" for e in events) == 1
     assert {e["args"]["round"] for e in spans} == {r.index for r in rounds}
 
     table = tmp_path / "rounds.csv"

@@ -94,6 +94,11 @@ def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
     assert sum(e["name"] == "verify" for e in slices) == n_rounds
     for e in slices:
         assert e["dur"] >= 0 and e["ts"] >= 0
+    # the prefill first (the most of a long prompt's run), every round after it
+    prefill = [e for e in slices if e["name"] == "prefill"]
+    assert len(prefill) == 1 and prefill[0]["dur"] == pytest.approx(out["prefill_s"] * 1e6)
+    assert prefill[0]["args"]["prompt_tokens"] == len(out["prompt_token_ids"])
+    assert min(e["ts"] for e in slices if e["name"] != "prefill") >= prefill[0]["dur"] - 1
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert {"tok/s", "acceptance length"} <= counters
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -145,7 +150,8 @@ def test_parity_trace_holds_both_runs_and_the_verdict(qwen3_tied_dirs, tmp_path,
     events = json.loads(chrome.read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {1: f"AR run: {qwen3_tied_dirs[0].name}", 2: f"DFlash run: {qwen3_tied_dirs[0].name}"}
-    assert {e["pid"] for e in events if e["ph"] == "X"} == {2}  # AR has no rounds; its tok/s counter is pid 1's
+    assert {e["pid"] for e in events if e["ph"] == "X" and e["name"] != "prefill"} == {2}  # AR has no rounds
+    assert {e["pid"] for e in events if e["name"] == "prefill"} == {1, 2}  # each run prefilled
     assert {e["pid"] for e in events if e["ph"] == "C" and e["name"] == "tok/s"} == {1, 2}
 
     # Damage is named: a bad verdict field, a record after the verdict, a second run in a one-run trace.

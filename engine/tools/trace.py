@@ -285,14 +285,21 @@ def process_name(header: dict[str, Any]) -> str:
 
 
 def chrome_events(header: dict[str, Any], records: list[dict[str, Any]], pid: int = 1) -> Iterator[dict[str, Any]]:
-    """One run as one Perfetto process: draft, verify and rollback spans per round, tau and tok/s counters."""
-    tracks = {"draft": 1, "verify": 2, "rollback": 3, "tokens": 4}
+    """One run as one Perfetto process: its prefill, then draft, verify and rollback spans per round,
+    tau and tok/s counters. Records time decoding from its start; the prefill (most of a long
+    prompt's run) goes before it, from the summary (a trace cut short has none: decoding starts at 0)."""
+    tracks = {"prefill": 0, "draft": 1, "verify": 2, "rollback": 3, "tokens": 4}
     yield {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process_name(header)}}
     for name, tid in tracks.items():
         yield {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}
+    summary = next((r for r in records if r["type"] == "summary"), {})
+    shift = float(summary.get("prefill_s") or 0.0) * 1e6
+    if shift:
+        yield {"ph": "X", "pid": pid, "tid": tracks["prefill"], "name": "prefill", "ts": 0.0, "dur": shift,
+               "args": {"prompt_tokens": summary.get("prompt_tokens"), "reused_tokens": summary.get("reused_tokens", 0)}}
     for r in records:
         if r["type"] == "round":
-            end = r["t"] * 1e6
+            end = shift + r["t"] * 1e6
             spans = [("rollback", r["rollback_ms"]), ("verify", r["verify_ms"]), ("draft", r["draft_ms"])]
             for name, ms in spans:  # laid out backwards from the round's end
                 start = end - ms * 1000.0
@@ -301,18 +308,18 @@ def chrome_events(header: dict[str, Any], records: list[dict[str, Any]], pid: in
                     "args": {"round": r["index"], "accepted": r["accepted"], "drafted": len(r["drafted"])},
                 }
                 end = start
-            yield {"ph": "C", "pid": pid, "name": "acceptance length", "ts": r["t"] * 1e6,
+            yield {"ph": "C", "pid": pid, "name": "acceptance length", "ts": shift + r["t"] * 1e6,
                    "args": {"tau": r["accepted"] + 1}}
-    yield from _tok_s_counters(records, pid)
+    yield from _tok_s_counters(records, pid, shift)
 
 
-def _tok_s_counters(records: list[dict[str, Any]], pid: int) -> Iterator[dict[str, Any]]:
+def _tok_s_counters(records: list[dict[str, Any]], pid: int, shift: float) -> Iterator[dict[str, Any]]:
     count = 0
     for r in records:
         if r["type"] == "text" and r["token_ids"]:
             count += len(r["token_ids"])
             if r["t"] > 0:
-                yield {"ph": "C", "pid": pid, "name": "tok/s", "ts": r["t"] * 1e6,
+                yield {"ph": "C", "pid": pid, "name": "tok/s", "ts": shift + r["t"] * 1e6,
                        "args": {"tok_s": round(count / r["t"], 3)}}
 
 
