@@ -89,12 +89,14 @@ class WhyView(QWidget):
         self.depth_acc_mean = self.p_depth_acc.plot(**mean_style(theme.PLOT_DFLASH))
 
         self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2)
-        self.p_depth_cost.setTitle("Cost by context depth (ms): DFlash round, AR step", **TITLE)
+        self.p_depth_cost.setTitle("Cost by context depth (ms)", **TITLE)
         self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
+        self.p_depth_cost.addLegend(offset=(6, 4), labelTextSize="8pt")  # which colour is which (a QA pass asked)
         self.depth_cost_dots = self.p_depth_cost.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
-                                                      symbolBrush=translucent_brush(theme.PLOT_VERIFY, 110))
-        self.depth_cost_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_VERIFY))
-        self.depth_ar_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_AR))
+                                                      symbolBrush=translucent_brush(theme.PLOT_VERIFY, 110),
+                                                      name="a round")
+        self.depth_cost_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_VERIFY), name="round, mean")
+        self.depth_ar_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_AR), name="AR step, mean")
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)

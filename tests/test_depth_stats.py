@@ -87,5 +87,7 @@ def test_the_why_tab_plots_acceptance_and_cost_by_depth(qtbot, qwen3_pair):
         mx_, _ = mean.getData()
         assert len(mx_) == 1 and min(x) <= mx_[0] <= max(x) + 24
         assert mean.opts["symbol"] is not None
+    legend = view.p_depth_cost.legend  # the cost plot says which colour is a round and which an AR step
+    assert [label.text for _, label in legend.items] == ["a round", "round, mean", "AR step, mean"]
     view.update_run(None)
     assert len(view.depth_acc_dots.getData()[0] or []) == 0
