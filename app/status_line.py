@@ -47,10 +47,16 @@ class ElidedLabel(QLabel):
 
     def sizeHint(self) -> QSize:  # the whole line's width, not the cut text's: no shrinking feedback
         hint = super().sizeHint()
-        return QSize(min(self.fontMetrics().horizontalAdvance(self.line) + 4, DEVICE_WIDTH), hint.height())
+        return QSize(min(self._room_for(self.line), DEVICE_WIDTH), hint.height())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(self.fontMetrics().horizontalAdvance("device: …"), super().minimumSizeHint().height())
+        return QSize(self._room_for("device: …"), super().minimumSizeHint().height())
+
+    def _room_for(self, text: str) -> int:
+        """The width that shows `text` whole inside the label's margins and frame (see _elide)."""
+        m = self.contentsMargins()
+        # + 1: elidedText cuts a text exactly as wide as the room it is given
+        return self.fontMetrics().horizontalAdvance(text) + 5 + m.left() + m.right() + 2 * self.frameWidth()
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)

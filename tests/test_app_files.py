@@ -269,6 +269,9 @@ def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window,
     device.setContentsMargins(8, 0, 8, 0)  # a style's margins (the bar's on Linux): the "…" stays inside them
     device.resize(160, device.height())
     assert metrics.horizontalAdvance(device.text()) <= device.contentsRect().width() and device.text().endswith("…")
+    device.set_line("device: cpu")  # a line that fits is asked room for, margins included, and shown whole
+    device.resize(device.sizeHint())
+    assert device.text() == "device: cpu"
     assert w.statusBar().toolTip() == ""
     run_and_wait(qtbot, w)
     assert w.status_labels["device"].toolTip() == here
