@@ -123,7 +123,22 @@ def test_drafter_recipe_refuses_settings_it_cannot_run(tmp_path, capsys):
     assert "--eval-every must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         build_demo_drafter.parse_args(["--distill-batch", "0", "--target", "t", "--out", str(tmp_path)])
-    assert "--distill-batch must be at least 1" in capsys.readouterr().err
+    assert "--distill-batch and --distill-bucket must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_demo_drafter.parse_args(["--distill-bucket", "0", "--target", "t", "--out", str(tmp_path)])
+    assert "--distill-bucket must be at least 1" in capsys.readouterr().err
+
+
+def test_bucketed_prompts_share_few_lengths_and_keep_their_starts():
+    """--distill-bucket: prompts cut at the end to a multiple of the bucket decode in few batches
+    (a hundred lengths of one prompt each held a lent GPU for minutes); a short one stays whole."""
+    import build_demo_drafter
+
+    prompts = [list(range(n)) for n in range(1, 60)]
+    cut = build_demo_drafter.bucketed(prompts, 8)
+    assert [len(c) for c in cut[:7]] == list(range(1, 8))  # shorter than a bucket: whole
+    assert all(len(c) % 8 == 0 and c == p[: len(c)] and len(p) - len(c) < 8 for p, c in zip(prompts[7:], cut[7:]))
+    assert len({len(c) for c in cut}) == 7 + 7 and build_demo_drafter.bucketed(prompts, 1) == prompts
 
 
 def test_drafter_cards_give_the_step_time_of_each_stage_that_ran():
@@ -326,7 +341,8 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     import numpy as np
     from tokenizers import Tokenizer
 
-    from copy_rows import copy_row, disguised, renamed
+    import copy_rows
+    from copy_rows import copy_row, cue, disguised, renamed, renaming
 
     rng = np.random.default_rng(0)
     source = "def count_lines(path):\n    with open(path) as handle:\n        return len(list(handle))\n"
@@ -339,7 +355,6 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     assert len(set(mapping.values())) == len(mapping)  # by a name of its own
     assert all(mapping[k] == k for k in ("def", "with", "open", "as", "return", "len", "list"))
     assert any(mapping[n] != n for n in ("count_lines", "path", "handle"))
-    import copy_rows
 
     monkeypatch.setattr(copy_rows, "SYLLABLES", ("ka", "lo"))  # made-up names that often coincide
     crowded = " ".join(f"name{i}" for i in range(6)) + " kaka"
@@ -350,6 +365,13 @@ def test_copy_rows_hold_a_span_and_its_copy(tmp_path, monkeypatch):
     changed = renamed(loop, rng)
     assert changed != loop and changed.count("\n") == loop.count("\n") and "items" in changed
     assert renamed("x = 1\n", rng) == "x = 1\n"  # nothing occurs twice: nothing to rename
+    again, old, new = renaming(loop, rng)
+    assert old in ("total", "item") and re.findall(names, again).count(new) == 2 and old not in re.findall(names, again)
+    assert renaming("x = 1\n", rng) == ("x = 1\n", "", "")
+    cues = [cue(rng, "total", "tally") for _ in range(40)]
+    assert all(c.startswith("\n\n") and (c.strip() in copy_rows.CUES or "tally" in c) for c in cues)
+    assert any("total" in c and "tally" in c for c in cues) and any(not c.strip() for c in cues)
+    assert all(cue(rng, "", "").strip() in copy_rows.CUES for _ in range(20))  # no rename: no names
     builtin_twice = "n = len(items)\nprint(len(items), n)\n"
     assert all("len(" in renamed(builtin_twice, rng) and "print(" in renamed(builtin_twice, rng) for _ in range(10))
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN * 5, HELD))

@@ -71,6 +71,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--distill-batch", type=int, default=128,
                     help="rows decoded together while distilling (a GPU, launch-bound on the demo target, "
                          "writes the text several times faster at 1024; the text is the same up to near-ties)")
+    ap.add_argument("--distill-bucket", type=int, default=1, metavar="K",
+                    help="stage 2's prompts cut at the end to a multiple of K tokens (shorter ones kept whole): "
+                         "prompts of one length decode together, and a GPU spends as long on a batch of three "
+                         "as of 4,096 (a hundred lengths of one prompt each held a lent GPU for minutes)")
     ap.add_argument("--definition-prompts", type=int, default=2400,
                     help="stage 2: continuations of this many definition prompts (def/class lines)")
     ap.add_argument("--line-prompts", type=int, default=0,
@@ -104,8 +108,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                     help="train nothing: bench the drafter in --out again (after an engine change) and rewrite the "
                          "benchmark section of its MODEL_CARD.md and its bench.json")
     args = ap.parse_args(argv)
-    if args.distill_batch < 1:
-        ap.error("--distill-batch must be at least 1")
+    if args.distill_batch < 1 or args.distill_bucket < 1:
+        ap.error("--distill-batch and --distill-bucket must be at least 1")
     if args.eval_every < 1:  # the trainer evaluates at every multiple of it (and at the last step)
         ap.error("--eval-every must be at least 1")
     if args.no_bench and args.rebench:
@@ -148,12 +152,18 @@ def distilled(pair, tokens, cache: Path, sequences: int, args, seed: int):
                                 batch=args.distill_batch)
 
 
+def bucketed(prompts: list[list[int]], bucket: int) -> list[list[int]]:
+    """Each prompt cut at the end to a multiple of `bucket` tokens; one shorter than `bucket` kept whole."""
+    return [p[: max(len(p) // bucket * bucket, min(len(p), bucket))] for p in prompts]
+
+
 def distilled_prompts(pair, texts: list[str], cache: Path, count: int, args, seed: int, make=definition_prompts):
     """The target's greedy continuations of `count` prompts that `make` takes from `texts`, cached."""
     from engine.decode.prompts import encode_prompt
     from engine.training.distill import cached_prompt_continuations
 
-    prompts = [encode_prompt(pair.tokenizer, p, chat=False) for p in make(texts, count, seed)]
+    prompts = bucketed([encode_prompt(pair.tokenizer, p, chat=False) for p in make(texts, count, seed)],
+                       args.distill_bucket)
     return cached_prompt_continuations(pair, prompts, cache, args.distill_new_tokens, _progress(cache),
                                        batch=args.distill_batch)
 
@@ -204,7 +214,7 @@ def model_card(args, stages: list[tuple], corpus_tokens: int, result: Optional[d
         stage2 = f"""
 - Stage 2 (fine-tune from {"stage 1" if first is not None else f"`{args.init}`"}): the stage 1 text plus the target's continuations of
   {args.definition_prompts} definition prompts ({definitions:,} tokens; a `def` or `class` line of the corpus
-  and up to three more lines, dedented, as in `code_prompts.py`){line_mix(args, lines)}{corpus_mix(args, corpus_tokens)}, {mixed:,} tokens in all;
+  and up to three more lines, dedented, as in `code_prompts.py`{bucket_note(args)}){line_mix(args, lines)}{corpus_mix(args, corpus_tokens)}, {mixed:,} tokens in all;
   {args.finetune_steps} steps, batch {args.batch} x {args.seq_len} tokens, AdamW lr {args.finetune_lr} (warm-up {args.finetune_warmup}, cosine).
   Held-out figures use 64 continuations of definition prompts from the held-out modules.
   Final: {_final(second)}."""
@@ -257,6 +267,10 @@ def rebench(args) -> int:
                  "the model card")
     print(json.dumps({k: v for k, v in result.items() if k != "per_prompt"}), flush=True)
     return 0
+
+
+def bucket_note(args) -> str:
+    return f"; these and the line prompts cut to a multiple of {args.distill_bucket} tokens" if args.distill_bucket > 1 else ""
 
 
 def line_mix(args, tokens: int) -> str:
