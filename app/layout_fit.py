@@ -7,25 +7,75 @@ the rounds table wants ~560 px. A window narrower than the three together (a 13-
 a 1280x800 screen) gets two columns, and the plots become a tab beside Output, at the tab
 area's full width. The split is decided again on every resize; each arrangement keeps its own
 saved splitter sizes.
+
+Short screens (a 1280x800 laptop at 150% scaling has 533 logical pixels of height) get scroll
+bars instead of a window taller than the screen: the settings column scrolls (the mode and Run stay
+pinned below it), and the plots scroll rather than squash into flat strips with their axis labels
+printed over each other.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtWidgets import QSplitter, QTabWidget, QWidget
+from PySide6.QtCore import QByteArray, QSize, Qt
+from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QTabWidget, QWidget
 
 CENTER_MIN = 560  # px the output and rounds column wants beside the others
 PLOTS_SHARE = 0.34  # of a wide window's width, once the plots have their minimum
 # The tabs' share of the centre column's height: the plots' tab needs more than the output.
 TABS_SHARE = {False: 0.47, True: 0.6}
+PLOTS_SLACK = 8  # px the columns give the plots beyond their grid's least width
+PLOTS_MIN_HEIGHT = 380  # two rows of plots with their titles, legends and axes, readable
+SCROLL_MIN_HEIGHT = 120  # the settings column's least height (then it scrolls)
+
+
+class VerticalScroll(QScrollArea):
+    """`inner` at the scroll area's width, scrolling up and down only: as wide as `inner` needs, and
+    as short as SCROLL_MIN_HEIGHT, so it never makes the window taller than the screen."""
+
+    def __init__(self, inner: QWidget):
+        super().__init__()
+        self.setWidget(inner)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        inner = self.widget()
+        width = max(inner.minimumWidth(), inner.minimumSizeHint().width())
+        return QSize(width + self.verticalScrollBar().sizeHint().width(), SCROLL_MIN_HEIGHT)
+
+
+class PlotsScroll(QScrollArea):
+    """The plots at the page's size, but never below the size they can be read at (their titles and
+    axes across, PLOTS_MIN_HEIGHT down): smaller, the page scrolls."""
+
+    def __init__(self, plots: QWidget):
+        super().__init__()
+        self.setWidget(plots)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
+
+    def fit_plots(self) -> None:
+        """The plots' least width, again: it grows with their legends (a race's methods)."""
+        self.widget().setMinimumWidth(plots_min_width(self.widget()) - PLOTS_SLACK)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(0, 0)  # the splitter's third column is sized by ColumnLayout, the tab by the window
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        self.fit_plots()
+        super().showEvent(event)
 
 
 def plots_min_width(plots: QWidget) -> int:
     """The width under which the plots' grid runs past its view (titles and axes; font-dependent)."""
+    if isinstance(plots, QScrollArea):
+        plots = plots.widget()
     ci = getattr(plots, "ci", None)
     if ci is None:
         return plots.minimumSizeHint().width()
-    return int(ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()) + 8
+    return int(ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()) + PLOTS_SLACK
 
 
 class ColumnLayout:
@@ -50,6 +100,8 @@ class ColumnLayout:
 
     def fit(self, width: int, height: int) -> bool:
         """Arrange for a window of this size; True when the arrangement changed (sizes reset)."""
+        if isinstance(self.plots, PlotsScroll):
+            self.plots.fit_plots()
         compact = not self.wide_enough(width)
         if compact == self.compact:
             return False

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
-    QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout,
+    QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from engine.decode.prompts import PROMPT_FORMATS
@@ -108,8 +108,13 @@ class PromptPanel(QGroupBox):
         grid.addWidget(self.lookup, 3, 0, 1, 2)
         grid.addWidget(self.block_auto, 3, 2, 1, 2)
         lay.addLayout(grid)
-        lay.addLayout(modes)
-        lay.addLayout(buttons)
+        # The mode and Run / Stop: the window pins them below the settings column's scroll area, so
+        # they stay on screen where the column does not fit (a laptop at 150% scaling).
+        self.run_bar = QWidget()
+        bar = QVBoxLayout(self.run_bar)
+        bar.setContentsMargins(6, 0, 6, 6)
+        bar.addLayout(modes)
+        bar.addLayout(buttons)
 
     # ---- values -----------------------------------------------------------------------------
 

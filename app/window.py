@@ -22,7 +22,7 @@ from app.jobs import PairInfo, ParityDone
 from app.menus import build_menus
 from app.autosave import Autosave
 from app.file_open import pick_folder
-from app.layout_fit import ColumnLayout, restore_splitters, splitter_states
+from app.layout_fit import ColumnLayout, PlotsScroll, VerticalScroll, restore_splitters, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView, parity_mark
@@ -92,12 +92,18 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         self.models = ModelsPanel()
         self.prompt = PromptPanel()
-        left = QWidget()
-        lay = QVBoxLayout(left)
+        settings = QWidget()
+        lay = QVBoxLayout(settings)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.models)
         lay.addWidget(self.prompt, 1)
-        left.setMinimumWidth(330)
+        settings.setMinimumWidth(330)
+        left = QWidget()  # the settings scroll where the screen is short; mode and Run stay below them
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(0)
+        ll.addWidget(VerticalScroll(settings), 1)
+        ll.addWidget(self.prompt.run_bar)
 
         self.output, self.parity_view, self.why_view = OutputView(), ParityView(), WhyView()
         self.selector_view, self.race_view, self.center_tabs = SelectorView(), RaceView(), QTabWidget()
@@ -121,12 +127,13 @@ class MainWindow(QMainWindow):
         self.center_split.addWidget(bottom)
 
         self.plots = PlotsPanel()
+        self.plots_page = PlotsScroll(self.plots)  # scrolls rather than squash the plots flat
         self.main_split = QSplitter(Qt.Orientation.Horizontal)
         self.main_split.addWidget(left)
         self.main_split.addWidget(self.center_split)
-        self.main_split.addWidget(self.plots)
+        self.main_split.addWidget(self.plots_page)
         self.main_split.setStretchFactor(1, 3)
-        self.columns = ColumnLayout(self.main_split, left, self.center_tabs, self.plots, self.center_split)
+        self.columns = ColumnLayout(self.main_split, left, self.center_tabs, self.plots_page, self.center_split)
         self.setCentralWidget(self.main_split)
 
         self.status_line = StatusLine(self.statusBar())
@@ -228,8 +235,9 @@ class MainWindow(QMainWindow):
     def pair_loaded(self, info: PairInfo) -> None:
         self.models.set_loading(False)
         facts = info.facts
-        drafter = f" + {facts.get('drafter_generation', 'DFlash')} drafter ({facts.get('drafter_layers')} layers, " \
-            f"block {facts.get('block_size')})" if info.drafter else " (no drafter: AR only)"
+        drafter = f" + {Path(info.drafter).name} ({facts.get('drafter_generation', 'DFlash')} drafter, " \
+            f"{facts.get('drafter_layers')} layers, block {facts.get('block_size')})" if info.drafter \
+            else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
         self.status_line.show_device(info.device)

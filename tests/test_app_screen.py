@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtGui import QImage
 
-from app import screen_fit
+from app import layout_fit, screen_fit
 from app.layout_fit import plots_min_width
 from app.screen_fit import clamp_geometry, first_geometry
 
@@ -76,7 +76,34 @@ def columns_not_cut(w) -> None:
     """The settings column is as wide as its prompt grid needs, the plots as their titles and axes."""
     left = w.main_split.widget(0)
     assert left.width() >= left.minimumSizeHint().width(), (left.width(), left.minimumSizeHint())
-    assert w.plots.width() >= plots_min_width(w.plots) - 8, (w.plots.width(), plots_min_width(w.plots))
+    page = w.plots_page.viewport()  # the plots fill it, with no scroll bar across
+    assert page.width() >= plots_min_width(w.plots) - 8, (page.width(), plots_min_width(w.plots))
+    assert w.plots.width() == page.width(), (w.plots.width(), page.width())
+
+
+def test_a_short_screen_scrolls_the_settings_and_plots_and_keeps_run_on_screen(qtbot, make_window, monkeypatch):
+    """A 1280x800 laptop at 150% scaling has 853x533 logical pixels: the window once asked for 603 of
+    height and ran off the screen, Run and the status bar with it, and its plots squashed flat."""
+    available = QRect(0, 0, 853, 533)
+    fake_screen(monkeypatch, available)
+    w = make_window()
+    qtbot.waitExposed(w)
+    assert w.minimumSizeHint().height() <= available.height() - screen_fit.TITLE_BAR, w.minimumSizeHint()
+    assert w.minimumSize().height() <= available.height() - screen_fit.TITLE_BAR
+    run_button_on_screen(w, available)
+    assert all(b.isVisible() and not b.visibleRegion().isEmpty() for b in w.prompt.mode_buttons.values())
+    assert w.statusBar().isVisible() and w.statusBar().geometry().bottom() < w.height()
+    scroll = w.prompt.editor.parentWidget()
+    while not hasattr(scroll, "ensureWidgetVisible"):
+        scroll = scroll.parentWidget()
+    assert scroll.verticalScrollBar().maximum() > 0  # the settings scroll: they do not fit, nothing is cut
+    scroll.ensureWidgetVisible(w.prompt.block_auto)
+    qtbot.waitUntil(lambda: not w.prompt.block_auto.visibleRegion().isEmpty())
+    w.center_tabs.setCurrentWidget(w.plots_page)
+    qtbot.waitUntil(w.plots.isVisible)
+    assert w.plots.height() >= layout_fit.PLOTS_MIN_HEIGHT  # readable, the page scrolls instead
+    assert w.plots.width() >= plots_min_width(w.plots) - 8
+    assert w.plots_page.verticalScrollBar().maximum() > 0 or w.plots_page.height() >= layout_fit.PLOTS_MIN_HEIGHT
 
 
 @pytest.mark.parametrize("screen", SCREENS)
@@ -84,9 +111,9 @@ def test_on_a_small_screen_the_plots_are_a_tab_and_nothing_is_cut(qtbot, make_wi
     fake_screen(monkeypatch, SCREENS[screen])
     w = make_window()
     qtbot.waitExposed(w)
-    assert w.main_split.count() == 2 and w.center_tabs.indexOf(w.plots) >= 0
+    assert w.main_split.count() == 2 and w.center_tabs.indexOf(w.plots_page) >= 0
     assert not w.plots.isVisible()  # a tab page behind Output: never painted over it
-    w.center_tabs.setCurrentWidget(w.plots)
+    w.center_tabs.setCurrentWidget(w.plots_page)
     qtbot.waitUntil(w.plots.isVisible)
     columns_not_cut(w)
     assert w.center_tabs.height() > w.rounds.height()  # the plots get the larger share
@@ -96,11 +123,11 @@ def test_a_wide_window_has_three_columns_and_switches_back(qtbot, make_window):
     w = make_window()
     w.resize(1600, 1000)
     qtbot.waitUntil(lambda: w.main_split.count() == 3)
-    assert w.center_tabs.indexOf(w.plots) < 0 and w.plots.isVisible()
+    assert w.center_tabs.indexOf(w.plots_page) < 0 and w.plots.isVisible()
     columns_not_cut(w)
     w.resize(1240, 760)
     qtbot.waitUntil(lambda: w.main_split.count() == 2)
-    assert w.center_tabs.tabText(w.center_tabs.indexOf(w.plots)) == "Plots"
+    assert w.center_tabs.tabText(w.center_tabs.indexOf(w.plots_page)) == "Plots"
     w.close()
     w2 = make_window()  # reopens in the arrangement its size calls for, with that arrangement's sizes
     assert w2.main_split.count() == 2
