@@ -106,12 +106,17 @@ def merge_entries(*groups: list[ModelEntry]) -> list[ModelEntry]:
     return out
 
 
-def drafter_verdict(target: str, drafter: str) -> tuple[bool, str]:
-    """(fits, sentence) for a drafter against a target, from files only (no download)."""
+def drafter_verdict(target: str, drafter: str) -> tuple[Optional[bool], str]:
+    """(fits, sentence) for a drafter against a target, from files only (no download): fits is None
+    where it loads but the doctor warns (trained for other target weights, say)."""
     from engine.models.doctor import check_pair
 
     try:
         report = check_pair(target, drafter, download=False, kernels=False)
     except Exception as exc:  # noqa: BLE001 - one odd folder must not stop the list
         return False, f"could not check it ({type(exc).__name__}: {exc})"
-    return report.ok, ("matches this target" if report.ok else report.problems[0])
+    if not report.ok:
+        return False, report.problems[0]
+    if report.warnings:
+        return None, f"loads, but {report.warnings[0]}"
+    return True, "matches this target"

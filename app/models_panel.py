@@ -22,6 +22,9 @@ EMPTY_HINT = ("No model chosen yet{demo}. Pick a model folder with “…”, dr
               "or choose one from the Hugging Face cache.")
 
 
+WARN_COLOUR = "#e5c07b"  # as QLabel#verdictWarn in resources/styles/app.qss
+
+
 def dot_icon(colour: str) -> QIcon:
     pix = QPixmap(12, 12)
     pix.fill(Qt.GlobalColor.transparent)
@@ -104,12 +107,13 @@ class ModelPicker(QWidget):
         self.combo.blockSignals(False)
         self.changed.emit()
 
-    def mark(self, value: str, ok: bool, why: str) -> None:
-        """Show whether a listed drafter fits the chosen target."""
+    def mark(self, value: str, ok: Optional[bool], why: str) -> None:
+        """Show whether a listed drafter fits the chosen target (None: it loads, with a warning)."""
+        colour, sign = {True: ("#4caf7a", "✓"), None: (WARN_COLOUR, "⚠"), False: ("#e06c75", "✗")}[ok]
         for i in range(self.combo.count()):
             if self.combo.itemData(i, VALUE_ROLE) == value:
-                self.combo.setItemIcon(i, dot_icon("#4caf7a" if ok else "#e06c75"))
-                self.combo.setItemData(i, f"{value}\n{'✓' if ok else '✗'} {why}", Qt.ItemDataRole.ToolTipRole)
+                self.combo.setItemIcon(i, dot_icon(colour))
+                self.combo.setItemData(i, f"{value}\n{sign} {why}", Qt.ItemDataRole.ToolTipRole)
 
     def marks(self) -> dict[str, str]:
         """value -> tooltip, for listed entries."""
@@ -240,7 +244,8 @@ class ModelsPanel(QGroupBox):
                          f"block {facts.get('block_size')}" + (f", {facts['selector']}" if facts.get("selector") else ""))
             else:
                 what += "; no drafter, so AR only"
-            self._set_verdict(True, f"✓ ready: {what}" + "".join(f"\n⚠ {w}" for w in report.warnings))
+            self._set_verdict(True, f"✓ ready: {what}" + "".join(f"\n⚠ {w}" for w in report.warnings),
+                              warned=bool(report.warnings))
         else:
             self._set_verdict(False, f"✗ {report.problems[0]}")
         if target != self._marked_for:
@@ -267,9 +272,11 @@ class ModelsPanel(QGroupBox):
             self.memory.style().unpolish(self.memory)
             self.memory.style().polish(self.memory)
 
-    def _set_verdict(self, ok: Optional[bool], text: str) -> None:
+    def _set_verdict(self, ok: Optional[bool], text: str, warned: bool = False) -> None:
+        """ok: green (amber where it loads with warnings), not ok: red, None: a hint."""
         self.verdict_ok = ok
-        self.verdict.setObjectName("verdictOk" if ok else ("verdictBad" if ok is False else "hint"))
+        name = "verdictOk" if ok else ("verdictBad" if ok is False else "hint")
+        self.verdict.setObjectName("verdictWarn" if ok and warned else name)
         self.verdict.setText(text)
         self.verdict.style().unpolish(self.verdict)
         self.verdict.style().polish(self.verdict)

@@ -249,9 +249,15 @@ def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_w
     w.models.check_now()
     text = w.models.verdict.text()
     assert text.startswith("✓ ready") and "⚠ demo-hybrid-drafter was trained for other target weights than these (demo-hybrid-target" in text
+    assert w.models.verdict.objectName() == "verdictWarn"  # amber, not the green of a good pair
+    from app.catalog import drafter_verdict  # the drafter list's dot and tooltip: green for both, once
+
+    fits, why = drafter_verdict(str(models / "demo-target"), str(models / "demo-hybrid-drafter"))
+    assert fits is None and why.startswith("loads, but demo-hybrid-drafter was trained for other target weights")
+    assert drafter_verdict(str(models / "demo-target"), str(models / "demo-dflash2-drafter")) == (True, "matches this target")
     w.models.drafter.set_value(str(models / "demo-dflash2-drafter"))
     w.models.check_now()
-    assert "⚠" not in w.models.verdict.text()
+    assert "⚠" not in w.models.verdict.text() and w.models.verdict.objectName() == "verdictOk"
 
 
 def test_gui_opens_a_trace_given_on_the_command_line(qwen3_tied_dirs, tmp_path, capsys):
