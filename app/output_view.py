@@ -182,6 +182,15 @@ class OutputView(QPlainTextEdit):
             self.ensureCursorVisible()
         return lo, hi
 
+    def scroll_to_token(self, token_index: int) -> None:
+        """Bring a token into view (the parity panes: both sides at their first difference)."""
+        span = self._token_qt.get(token_index)
+        if span is not None:
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(span[0])
+            self.setTextCursor(cursor)
+            self.ensureCursorVisible()
+
     def highlight_round(self, round_index: int) -> Optional[tuple[int, int]]:
         if self.run is None:
             return None
@@ -190,13 +199,16 @@ class OutputView(QPlainTextEdit):
     def highlighted(self) -> list[tuple[int, int]]:
         return [(s.cursor.selectionStart(), s.cursor.selectionEnd()) for s in self._round_selection]
 
-    def mark_tokens(self, token_indices: Iterable[int], underline_first: Optional[int] = None) -> None:
-        """Mark tokens (parity differences) in red; the first divergence also underlined."""
+    def mark_tokens(self, token_indices: Iterable[int], underline_first: Optional[int] = None,
+                    colour: str = theme.DIFF_MARK) -> None:
+        """Mark tokens (parity differences) in `colour` (red: an error unless shown otherwise); the
+        first divergence also underlined."""
+        self.mark_colour = colour
         marks = []
         for t in token_indices:
             span = self._token_qt.get(t)
             if span and span[1] > span[0]:
-                sel = self._selection(span[0], span[1], theme.DIFF_MARK, "#ffffff")
+                sel = self._selection(span[0], span[1], colour, "#ffffff")
                 if t == underline_first:
                     sel.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.SingleUnderline)
                     sel.format.setProperty(QTextFormat.Property.FontWeight, 700)

@@ -7,6 +7,7 @@ from typing import Optional
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
+from app import theme
 from app.jobs import ParityDone
 from app.output_view import OutputView
 from app.run_record import RunRecord
@@ -25,6 +26,8 @@ TOK_S = "tok/\u2060s"  # a word joiner: Qt may otherwise wrap the line after the
 def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     """The engine's verdict (as `parity` prints it) at the runs' temperature and logits dtype, then speed.
     A stopped comparison says how far it got and gives no speed: a run cut short has none to compare."""
+    if temperature > 0 and (result.compared or not result.cancelled):
+        return samples_headline(result, temperature)
     if result.cancelled:
         if not result.dflash_ran:
             return "Stopped during the AR run: DFlash did not start, so there is nothing to compare."
@@ -43,6 +46,18 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
                              temperature, dtype).text
     return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
+
+
+def samples_headline(result: ParityDone, temperature: float) -> str:
+    """At T > 0 the two runs are two samples: one short line, no logit margin (it decides nothing
+    there), the speed where the runs finished."""
+    seen = ("identical" if result.identical else f"they differ from token {result.first_divergence}, as samples may")
+    head = (f"Two samples at temperature {temperature:g}: {seen}. DFlash is lossless in distribution, "
+            "not sample for sample")
+    if result.cancelled:
+        return f"{head}. Stopped before the end ({result.compared:,} tokens compared)."
+    return (f"{head}. Speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
+            f"DFlash {result.dflash_tok_s:.1f} {TOK_S}).")
 
 
 def unfinished_headline(ar: RunRecord, dflash: Optional[RunRecord], differences: list[int]) -> str:
@@ -86,11 +101,13 @@ class ParityView(QWidget):
         self.dflash = OutputView(self, "parityText")
         grid = QGridLayout(self)
         grid.addWidget(self.headline, 0, 0, 1, 2)
+        self.labels: dict[str, QLabel] = {}
         for col, (name, view) in enumerate((("AR", self.ar), ("DFlash", self.dflash))):
-            label = QLabel(name)
+            label = self.labels[name] = QLabel(name)
             label.setAlignment(Qt.AlignmentFlag.AlignCenter)
             grid.addWidget(label, 1, col)
             grid.addWidget(view, 2, col)
+        grid.setRowStretch(2, 1)  # the texts take the height, the headline only its lines
         self.differences: list[int] = []
 
     def clear(self) -> None:
@@ -99,14 +116,17 @@ class ParityView(QWidget):
         self.ar.set_run(None)
         self.dflash.set_run(None)
         self.headline.setText("Run in “Both” mode to compare AR and DFlash on the same prompt.")
+        for name, label in self.labels.items():
+            label.setText(name)
 
     def show_runs(self, ar: Optional[RunRecord], dflash: Optional[RunRecord]) -> None:
         """Stream both texts as they arrive (called on refresh)."""
-        for view, run in ((self.ar, ar), (self.dflash, dflash)):
+        for name, view, run in (("AR", self.ar, ar), ("DFlash", self.dflash, dflash)):
             if view.run is not run:
                 view.set_run(run)
             else:
                 view.refresh()
+            self.labels[name].setText(f"{name} · {len(run.tokens):,} tokens" if run is not None else name)
 
     def show_result(self, result: Optional[ParityDone], ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         """A comparison's verdict, or (None: an opened check that did not finish) what its tokens show."""
@@ -118,7 +138,11 @@ class ParityView(QWidget):
             a, b = a[:n], b[:n]
         self.differences = differing_tokens(a, b)
         first = result.first_divergence if result is not None else (self.differences or [None])[0]
-        self.ar.mark_tokens(self.differences, first)
-        self.dflash.mark_tokens(self.differences, first)
+        temperature, _ = run_conditions(ar)
+        colour = theme.DIFF_SAMPLE if temperature > 0 else theme.DIFF_MARK
+        for view in (self.ar, self.dflash):
+            view.mark_tokens(self.differences, first, colour)
+            if first is not None:  # both sides at the first difference (each scrolls alone after)
+                view.scroll_to_token(first)
         self.headline.setText(headline(result, *run_conditions(ar)) if result is not None
                               else unfinished_headline(ar, dflash, self.differences))
