@@ -87,7 +87,8 @@ def apply_theme(app: QApplication) -> None:
     app.setPalette(pal)
     qss = resources_dir() / "styles" / "app.qss"
     if qss.is_file():
-        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+        icons = (resources_dir() / "icons").as_posix()
+        app.setStyleSheet(qss.read_text(encoding="utf-8").replace("url(ICONS/", f"url({icons}/"))
     icon = resources_dir() / "icons" / "app-icon.svg"
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))

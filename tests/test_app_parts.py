@@ -276,3 +276,18 @@ def test_gui_opens_a_trace_given_on_the_command_line(qwen3_tied_dirs, tmp_path, 
     assert cli(["gui", str(trace), "--screenshot", str(tmp_path / "x.png"), "--run-demo", "--target",
                 str(qwen3_tied_dirs[0])]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_the_style_finds_its_indicator_icons(qapp):
+    """Check boxes and radio buttons draw their checked state from SVGs the style names by path
+    (Fusion's own were dark on the dark palette: which mode was chosen could hardly be seen)."""
+    import re
+    from pathlib import Path
+
+    from app.theme import apply_theme
+
+    apply_theme(qapp)
+    style = qapp.styleSheet()
+    urls = re.findall(r"url\(([^)]+)\)", style)
+    assert "ICONS/" not in style and len(urls) >= 2
+    assert all(Path(u).is_file() and Path(u).suffix == ".svg" for u in urls), urls
