@@ -335,7 +335,7 @@ class RunController(QObject):
                                           "the run did not start" + ("; the last results are still on show"
                                                                      if self.runs else ""))
             elif run is not None and run.summary is not None:
-                message = done_message(run.summary)
+                message = done_message(run.summary, after_ar=self.job_mode == "both" and run.mode == "dflash")
                 w.statusBar().showMessage(message)
                 w.statusBar().setToolTip(message)  # the whole line, where a narrow window cuts it
             elif msg.cancelled:
@@ -383,15 +383,18 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def done_message(s: SummaryEvent) -> str:
+def done_message(s: SummaryEvent, after_ar: bool = False) -> str:
     """The status line after a run: short enough for a laptop's status bar beside the figures (tok/s,
-    tau and tokens have labels of their own there), with how much of the prompt was reused."""
+    tau and tokens have labels of their own there), with how much of the prompt was reused (`after_ar`:
+    Both mode's DFlash half, whose reuse is the AR half's prefill, not an earlier run's)."""
     tokens = f"{s.num_generated:,} token" + ("s" if s.num_generated != 1 else "")
-    if s.stop_reason == "cancelled":
-        head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "in the prompt")
+    if s.stop_reason == "cancelled":  # in the prefill or the cost curve's measurement: no token yet
+        head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "before its first token")
     else:
         head = f"{s.mode}: {tokens}, {s.stop_reason}"
-    return head + (f"; prompt reused {s.reused_tokens:,}/{s.prompt_tokens:,}" if s.reused_tokens else "")
+    if not s.reused_tokens:
+        return head
+    return head + f"; prompt reused {s.reused_tokens:,}/{s.prompt_tokens:,}" + (" from the AR run" if after_ar else "")
 
 
 def prefill_message(label: str, event: PrefillEvent) -> str:

@@ -366,6 +366,9 @@ def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_w
     cold = list(generate(pair, ids, GenerationSettings(max_tokens=16)))[-1]
     assert summary.token_ids == cold.token_ids
     assert all(not isinstance(e, PrefillEvent) for e in w.rounds_run.events)  # progress is not part of a trace
+    w.prompt.set_mode("both")  # DFlash's half takes AR's prefill: the line says so, not "reused" bare
+    run_and_wait(qtbot, w)
+    assert f"prompt reused {n:,}/{n:,} from the AR run" in w.statusBar().currentMessage()
 
 
 def test_a_one_token_run_shows_no_speed(qtbot, make_window, qwen3_tied_dirs):
