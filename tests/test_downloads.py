@@ -43,3 +43,29 @@ def test_a_download_goes_through_the_hooks_and_a_cancel_is_not_a_download_error(
     assert said[-1] == 1.0 and len(said) == 10
     with pytest.raises(LoadCancelled):  # not "could not download from Hugging Face"
         paths.resolve_model_path("org/model", progress=lambda w, f: None, should_cancel=lambda: True)
+
+
+def test_a_failed_download_is_said_in_one_sentence(monkeypatch):
+    """The window showed huggingface_hub's whole multi-line text (offline: 'Got: ConnectError ... An
+    error happened while trying to locate ...'); now one sentence by cause."""
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    from engine.errors import CheckpointError
+
+    raised: list[Exception] = []
+
+    def fake_snapshot_download(repo_id, allow_patterns=None, local_files_only=False, tqdm_class=None):
+        raise FileNotFoundError("not cached") if local_files_only else raised[0]
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    offline = errors.LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub\n"
+                                             "and we cannot find the appropriate snapshot folder.\nGot: ConnectError")
+    for exc, said in ((offline, "could not be reached (no network?)"),
+                      (ValueError("first line\nsecond line"), "ValueError: first line; check the id")):
+        raised[:] = [exc]
+        with pytest.raises(CheckpointError) as info:
+            paths.resolve_model_path("nobody/no-such-model")
+        message = str(info.value)
+        assert message.startswith("nobody/no-such-model: could not download from Hugging Face: ") and said in message
+        assert "\n" not in message and "second line" not in message

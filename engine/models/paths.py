@@ -43,7 +43,7 @@ def resolve_model_path(name: str | Path, download: bool = True, progress: Option
     except Exception:
         if not download:
             raise CheckpointError(
-                f"{text}: not found in the Hugging Face cache; download it first or give a local folder."
+                f"{text}: not found in the Hugging Face cache yet (loading the model downloads it), or give a local folder."
             ) from None
     from huggingface_hub import constants
 
@@ -55,11 +55,25 @@ def resolve_model_path(name: str | Path, download: bool = True, progress: Option
                                       tqdm_class=reporting_tqdm(text, progress, should_cancel)))
     except LoadCancelled:
         raise
-    except Exception as exc:  # network, auth, missing repo: all reported the same way
-        raise CheckpointError(
-            f"{text}: could not download from Hugging Face ({type(exc).__name__}: {exc}); "
-            "check the id and your network, or give a local folder."
-        ) from None
+    except Exception as exc:  # network, auth, missing repo
+        raise CheckpointError(f"{text}: could not download from Hugging Face: {download_problem(exc)}") from None
+
+
+def download_problem(exc: Exception) -> str:
+    """One sentence for why a download failed (huggingface_hub's messages run to several lines of
+    its own advice, which the window showed whole)."""
+    from huggingface_hub import errors
+
+    if isinstance(exc, errors.GatedRepoError):
+        return "the model is gated: accept its terms on its Hugging Face page and log in (`hf auth login`)."
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return ("no such model, or a private one: check the id (org/name), or log in (`hf auth login`) "
+                "if it is yours.")
+    if isinstance(exc, errors.LocalEntryNotFoundError) or isinstance(exc, (ConnectionError, TimeoutError)):
+        return "huggingface.co could not be reached (no network?), and the model is not in the cache; give a local folder."
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    first = first if len(first) <= 160 else first[:159] + "…"
+    return f"{type(exc).__name__}: {first}; check the id and your network, or give a local folder."
 
 
 def reporting_tqdm(name: str, progress: Optional[Progress], should_cancel: Callable[[], bool]) -> type:
