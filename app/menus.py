@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Optional
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -45,8 +47,20 @@ def _ask_open_trace(window) -> None:
         window.open_trace(path)
 
 
+def suggested_path(stem: str, ext: str, mode: Optional[str], folder: Optional[Path],
+                   now: Optional[datetime] = None) -> str:
+    """What the save dialog offers: the kind of file, the run's mode and the time (so a second export
+    does not offer to overwrite the first), in the folder saved to last, else the home folder (a
+    double-clicked app's working folder is '/')."""
+    when = (now or datetime.now()).strftime("%Y%m%d-%H%M")
+    name = f"{stem.replace('.', '-')}-{mode or 'run'}-{when}{ext}"
+    return str((folder if folder is not None and folder.is_dir() else Path.home()) / name)
+
+
 def _ask_save(window, stem: str, filt: str, fn: Callable) -> None:
     ext = filt.split("*")[1].rstrip(")")
-    path, _ = QFileDialog.getSaveFileName(window, "Save", f"{stem}{ext}", filt)
+    start = suggested_path(stem, ext, window.controller.job_mode, getattr(window, "last_save_dir", None))
+    path, _ = QFileDialog.getSaveFileName(window, "Save", start, filt)
     if path:
+        window.last_save_dir = Path(path).parent
         fn(path)

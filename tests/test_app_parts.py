@@ -291,3 +291,20 @@ def test_the_style_finds_its_indicator_icons(qapp):
     urls = re.findall(r"url\(([^)]+)\)", style)
     assert "ICONS/" not in style and len(urls) >= 2
     assert all(Path(u).is_file() and Path(u).suffix == ".svg" for u in urls), urls
+
+
+def test_the_save_dialog_offers_a_name_of_its_own_in_a_real_folder(tmp_path, monkeypatch):
+    """Ctrl+S offered trace.jsonl in the working folder whatever was on show ('/' for a double-clicked
+    app; a second export offered to overwrite the first)."""
+    from datetime import datetime
+    from pathlib import Path
+
+    from app.menus import suggested_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    when = datetime(2026, 11, 27, 15, 4)
+    assert suggested_path("trace", ".jsonl", "both", None, when) == str(tmp_path / "trace-both-20261127-1504.jsonl")
+    assert suggested_path("trace.chrome", ".json", None, tmp_path / "gone", when) == str(
+        tmp_path / "trace-chrome-run-20261127-1504.json")  # a folder no longer there: home
+    (tmp_path / "exports").mkdir()
+    assert Path(suggested_path("rounds", ".csv", "race", tmp_path / "exports", when)).parent == tmp_path / "exports"
