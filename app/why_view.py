@@ -91,7 +91,10 @@ class WhyView(QWidget):
         self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2)
         self.p_depth_cost.setTitle("Cost by context depth (ms)", **TITLE)
         self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
-        self.p_depth_cost.addLegend(offset=(6, 4), labelTextSize="8pt")  # which colour is which (a QA pass asked)
+        # Which colour is which (a QA pass asked): one row along the top on a translucent ground, so
+        # it hides few points (stacked, it covered the plot's upper left)
+        self.p_depth_cost.addLegend(offset=(6, 2), labelTextSize="8pt", colCount=3, verSpacing=-6,
+                                    brush=translucent_brush(theme.BACKGROUND, 150))
         self.depth_cost_dots = self.p_depth_cost.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                                       symbolBrush=translucent_brush(theme.PLOT_VERIFY, 110),
                                                       name="a round")
