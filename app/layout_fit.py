@@ -17,7 +17,7 @@ printed over each other.
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSize, Qt
-from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QTabWidget, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 CENTER_MIN = 560  # px the output and rounds column wants beside the others
 PLOTS_SHARE = 0.34  # of a wide window's width, once the plots have their minimum
@@ -43,6 +43,24 @@ class VerticalScroll(QScrollArea):
         inner = self.widget()
         width = max(inner.minimumWidth(), inner.minimumSizeHint().width())
         return QSize(width + self.verticalScrollBar().sizeHint().width(), SCROLL_MIN_HEIGHT)
+
+
+def settings_column(models: QWidget, prompt: QWidget, pinned: QWidget) -> QWidget:
+    """The models and prompt panels, scrolling where the screen is short, `pinned` (the mode and Run)
+    always in view below them."""
+    settings = QWidget()
+    lay = QVBoxLayout(settings)
+    lay.setContentsMargins(6, 6, 6, 6)
+    lay.addWidget(models)
+    lay.addWidget(prompt, 1)
+    settings.setMinimumWidth(330)
+    column = QWidget()
+    outer = QVBoxLayout(column)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.setSpacing(0)
+    outer.addWidget(VerticalScroll(settings), 1)
+    outer.addWidget(pinned)
+    return column
 
 
 class PlotsScroll(QScrollArea):

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, SummaryEvent, to_dict
+from engine.decode.events import CalibrationEvent, PrefillEvent, StartEvent, to_dict
 from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
     ParityDone, RaceDone, RaceJob, RunFailed, RunJob,
@@ -30,6 +30,7 @@ from app.files import Comparison
 from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
+from app.run_messages import calibration_left_s, done_message, prefill_message
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
@@ -61,6 +62,7 @@ class RunController(QObject):
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
         self._starting_mode: Optional[str] = None  # a run submitted whose first event has not come yet
+        self._calibration_start: Optional[float] = None  # when the cost curve's measurement was first heard of
         self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
         self._last_plot = 0.0
         self._dirty = False
@@ -276,8 +278,12 @@ class RunController(QObject):
             self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
             return
         if isinstance(msg.event, CalibrationEvent):
+            if msg.event.done <= 1 or self._calibration_start is None:
+                self._calibration_start = time.monotonic()
+            left = calibration_left_s(msg.event.done, msg.event.total, time.monotonic() - self._calibration_start)
             self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve (once per pair, block and "
-                                           f"draft window) {msg.event.done}/{msg.event.total}, Esc stops")
+                                           f"draft window) {msg.event.done}/{msg.event.total}"
+                                           + (f", about {left:.0f} s left" if left is not None else "") + ", Esc stops")
             return
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None
@@ -381,23 +387,3 @@ class RunController(QObject):
 def _count(value) -> int:
     """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def done_message(s: SummaryEvent, after_ar: bool = False) -> str:
-    """The status line after a run: short enough for a laptop's status bar beside the figures (tok/s,
-    tau and tokens have labels of their own there), with how much of the prompt was reused (`after_ar`:
-    Both mode's DFlash half, whose reuse is the AR half's prefill, not an earlier run's)."""
-    tokens = f"{s.num_generated:,} token" + ("s" if s.num_generated != 1 else "")
-    if s.stop_reason == "cancelled":  # in the prefill or the cost curve's measurement: no token yet
-        head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "before its first token")
-    else:
-        head = f"{s.mode}: {tokens}, {s.stop_reason}"
-    if not s.reused_tokens:
-        return head
-    return head + f"; prompt reused {s.reused_tokens:,}/{s.prompt_tokens:,}" + (" from the AR run" if after_ar else "")
-
-
-def prefill_message(label: str, event: PrefillEvent) -> str:
-    """The status line while the prompt runs through the target."""
-    reused = f" ({event.reused:,} reused)" if event.reused else ""
-    return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"

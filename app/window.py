@@ -22,7 +22,7 @@ from app.jobs import PairInfo, ParityDone
 from app.menus import build_menus
 from app.autosave import Autosave
 from app.file_open import pick_folder
-from app.layout_fit import ColumnLayout, PlotsScroll, VerticalScroll, restore_splitters, splitter_states
+from app.layout_fit import ColumnLayout, PlotsScroll, restore_splitters, settings_column, splitter_states
 from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView, parity_mark
@@ -92,18 +92,7 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         self.models = ModelsPanel()
         self.prompt = PromptPanel()
-        settings = QWidget()
-        lay = QVBoxLayout(settings)
-        lay.setContentsMargins(6, 6, 6, 6)
-        lay.addWidget(self.models)
-        lay.addWidget(self.prompt, 1)
-        settings.setMinimumWidth(330)
-        left = QWidget()  # the settings scroll where the screen is short; mode and Run stay below them
-        ll = QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.setSpacing(0)
-        ll.addWidget(VerticalScroll(settings), 1)
-        ll.addWidget(self.prompt.run_bar)
+        left = settings_column(self.models, self.prompt, self.prompt.run_bar)
 
         self.output, self.parity_view, self.why_view = OutputView(), ParityView(), WhyView()
         self.selector_view, self.race_view, self.center_tabs = SelectorView(), RaceView(), QTabWidget()

@@ -308,3 +308,13 @@ def test_the_save_dialog_offers_a_name_of_its_own_in_a_real_folder(tmp_path, mon
         tmp_path / "trace-chrome-run-20261127-1504.json")  # a folder no longer there: home
     (tmp_path / "exports").mkdir()
     assert Path(suggested_path("rounds", ".csv", "race", tmp_path / "exports", when)).parent == tmp_path / "exports"
+
+
+def test_the_cost_curves_measurement_says_how_long_it_has_left():
+    """A first Both run on a long prompt spent 19 of its 27 s measuring, the status line counting
+    steps with no time (QA pass); the pace is taken after the first step, which compiles."""
+    from app.run_messages import calibration_left_s
+
+    assert calibration_left_s(1, 27, 5.0) is None  # the first step: compiling, no pace yet
+    assert calibration_left_s(3, 27, 4.0) == pytest.approx(2.0 * 24)
+    assert calibration_left_s(27, 27, 30.0) is None

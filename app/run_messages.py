@@ -1,0 +1,36 @@
+"""The status lines the run controller shows: a run's progress (prefill, the cost curve's
+measurement) and its end."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from engine.decode.events import PrefillEvent, SummaryEvent
+
+
+def done_message(s: SummaryEvent, after_ar: bool = False) -> str:
+    """The status line after a run: short enough for a laptop's status bar beside the figures (tok/s,
+    tau and tokens have labels of their own there), with how much of the prompt was reused (`after_ar`:
+    Both mode's DFlash half, whose reuse is the AR half's prefill, not an earlier run's)."""
+    tokens = f"{s.num_generated:,} token" + ("s" if s.num_generated != 1 else "")
+    if s.stop_reason == "cancelled":  # in the prefill or the cost curve's measurement: no token yet
+        head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "before its first token")
+    else:
+        head = f"{s.mode}: {tokens}, {s.stop_reason}"
+    if not s.reused_tokens:
+        return head
+    return head + f"; prompt reused {s.reused_tokens:,}/{s.prompt_tokens:,}" + (" from the AR run" if after_ar else "")
+
+
+def calibration_left_s(done: int, total: int, elapsed_s: float) -> Optional[float]:
+    """Seconds the cost curve's measurement has left at the pace since its first step (None before a
+    pace is known: the first step includes compiling)."""
+    if done < 2 or total <= done:
+        return None
+    return elapsed_s / (done - 1) * (total - done)
+
+
+def prefill_message(label: str, event: PrefillEvent) -> str:
+    """The status line while the prompt runs through the target."""
+    reused = f" ({event.reused:,} reused)" if event.reused else ""
+    return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"
