@@ -115,18 +115,21 @@ def test_ar_matches_mlx_lm_generate_past_the_window(family_pair):
     assert ours.token_ids[:n] == theirs[:n]
 
 
-@pytest.fixture(scope="module")
-def quantized_dirs(qwen3_tied_dirs, models_root):
-    """The tiny Qwen3 target quantized to 4 bits with mlx-lm's own tools, saved and reloaded."""
+@pytest.fixture(scope="module", params=["affine", "mxfp4"])
+def quantized_dirs(qwen3_tied_dirs, models_root, request):
+    """The tiny Qwen3 target quantized to 4 bits with mlx-lm's own tools, saved and reloaded: affine
+    (scales and biases in the model's dtype) and mxfp4 (uint8 scales, no biases; the drafter once took
+    the scales' dtype, so every weight of it became a uint8 zero and no draft was ever accepted)."""
     import json
     import shutil
 
     from mlx_lm.utils import load, quantize_model, save_config, save_model
 
-    out = models_root / "qwen3-q4-target"
+    mode = request.param
+    out = models_root / f"qwen3-q4-{mode}-target"
     if not out.exists():
         model, _, config = load(str(qwen3_tied_dirs[0]), return_config=True)
-        model, config = quantize_model(model, config, group_size=32, bits=4)
+        model, config = quantize_model(model, config, group_size=32, bits=4, mode=mode)
         out.mkdir()
         save_model(out, model)
         save_config(config, out / "config.json")
@@ -140,6 +143,8 @@ def test_quantized_target_runs_losslessly(quantized_dirs):
     pair = load_pair(*quantized_dirs)
     assert type(pair.head.embed_tokens).__name__ == "QuantizedEmbedding"
     assert pair.drafter.fc.weight.dtype == pair.head.dtype  # drafter computes in the target's dtype
+    assert pair.head.dtype == pair.target.model.norm.weight.dtype  # the model's dtype, not uint8 scales'
+    assert float(mx.abs(pair.drafter.fc.weight).sum()) > 0  # its weights, not zeros
     for prompt in (LONG, PROMPTS[3]):
         ids = encode_prompt(pair.tokenizer, prompt, chat=False)
         result = run_parity(pair, ids, GenerationSettings(max_tokens=32))

@@ -98,7 +98,7 @@ class TargetHead:
         # A tensor-parallel untied head computes a slice of the vocabulary per rank.
         owner = getattr(model, "language_model", model)
         self.sharding_group = getattr(owner, "sharding_group", None) if self.lm_head is not None else None
-        self.dtype = _param_dtype(self.embed_tokens)
+        self.dtype = _param_dtype(self.embed_tokens, model)
         self.embed_scale = embed_scale(args, self.model_type, _embedding_owner(model))
 
     def embed(self, ids: mx.array) -> mx.array:
@@ -170,9 +170,20 @@ def _embedding_owner(model: nn.Module) -> Optional[nn.Module]:
     return None
 
 
-def _param_dtype(module: nn.Module) -> Any:
-    scales = getattr(module, "scales", None)  # quantized: weight is packed uint32
-    return scales.dtype if scales is not None else module.weight.dtype
+def _param_dtype(module: nn.Module, model: nn.Module) -> Any:
+    """The dtype the target computes in, which the drafter takes: the embedding's weights', or where
+    they are quantized (packed uint32) the scales' (affine: the model's dtype). The mxfp4, nvfp4 and
+    mxfp8 modes keep uint8 scales: then the model's float parameters (norms) say it; the scales'
+    dtype once made every drafter weight a uint8 zero."""
+    scales = getattr(module, "scales", None)
+    if scales is None:
+        return module.weight.dtype
+    if mx.issubdtype(scales.dtype, mx.floating):
+        return scales.dtype
+    from mlx.utils import tree_flatten
+
+    floats = [v.dtype for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)]
+    return max(set(floats), key=floats.count) if floats else mx.float32
 
 
 def load_target(path: Path):
