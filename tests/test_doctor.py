@@ -196,6 +196,13 @@ def test_load_pair_raises_the_doctors_sentence(pair_copy):
 def test_cli_doctor_exit_codes(qwen3_tied_dirs, pair_copy, capsys):
     assert cli(["doctor", "--target", str(qwen3_tied_dirs[0]), "--drafter", str(qwen3_tied_dirs[1])]) == 0
     assert "verdict: ready" in capsys.readouterr().out
+    # A target alone is ready for AR only, and says so: "ready" alone read as ready for DFlash, and then
+    # parity refused with advice ("use AR mode") that parity cannot take.
+    assert cli(["doctor", "--target", str(qwen3_tied_dirs[0])]) == 0
+    assert "drafter_given: none: AR only (DFlash, parity and bench need --drafter)" in capsys.readouterr().out
+    assert cli(["parity", "--target", str(qwen3_tied_dirs[0]), "--prompt", "x = 1", "--max-tokens", "4"]) == 2
+    said = capsys.readouterr().err
+    assert "DFlash needs a drafter: give --drafter" in said and "use AR mode" not in said
     target, drafter = pair_copy
     edit_config(drafter, lambda c: c.update(hidden_size=32))
     assert cli(["doctor", "--target", str(target), "--drafter", str(drafter)]) == 2

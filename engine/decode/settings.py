@@ -146,7 +146,8 @@ class GenerationSettings:
                 raise SettingsError(f"num draft {self.num_draft} is outside 1..{MAX_NUM_DRAFT}.")
             return replace(self, block_size=self.num_draft + 1, auto=False, lookup=False)
         if pair.drafter is None:
-            raise SettingsError("DFlash mode needs a drafter; give one or use AR mode.")
+            raise SettingsError("DFlash needs a drafter: give --drafter (a folder or a Hugging Face id), or run AR "
+                                "alone (generate --mode ar, or AR in the window).")
         own = pair.drafter.cfg.block_size
         if self.block_size is None:  # the drafter's own, whatever it is: MAX_BLOCK bounds what a user asks for
             return replace(self, block_size=own)

@@ -247,6 +247,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         raise
     except DFlashError as exc:
         report.problems.append(str(exc))
+    if drafter is None:  # "ready" alone read as ready for DFlash, which then refused to start
+        report.facts["drafter_given"] = "none: AR only (DFlash, parity and bench need --drafter)"
     if drafter is not None:
         try:
             drafter_path = resolve_model_path(drafter, download=download, progress=progress,
