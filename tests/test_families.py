@@ -211,3 +211,19 @@ def test_mlx_lm_is_bounded_below_its_next_minor():
     installed = Version(version("mlx-lm"))
     assert installed in spec
     assert Version(f"{installed.major}.{installed.minor + 1}.0") not in spec
+
+
+def test_quantized_weights_under_a_config_without_quantization_are_named(quantized_dirs, qwen3_tied_dirs, tmp_path):
+    """A 4-bit download given its original config.json: doctor said ready, and loading then failed with
+    mlx-lm's list of hundreds of unexpected parameters cut at 300 characters (QA pass)."""
+    import shutil
+
+    from engine.models.doctor import check_pair
+
+    folder = tmp_path / "q4-wrong-config"
+    shutil.copytree(quantized_dirs[0], folder)
+    shutil.copy(qwen3_tied_dirs[0] / "config.json", folder / "config.json")
+    report = check_pair(folder, quantized_dirs[1])
+    assert not report.ok and "the weights are quantized" in report.problems[0]
+    assert "has no 'quantization' entry" in report.problems[0] and ".scales" in report.problems[0]
+    assert check_pair(*quantized_dirs).ok  # with its own config it is ready

@@ -94,7 +94,22 @@ def check_target_files(path: Path, role: str = "target") -> dict[str, Any]:
     for w in weights:
         shapes.update({name: (shape, w.name) for name, shape in read_tensor_shapes(w).items()})
     check_config_against_weights(path / "config.json", dims, shapes)
+    check_quantization_declared(path / "config.json", config, shapes)
     return dims
+
+
+def check_quantization_declared(config_file: Path, config: dict[str, Any],
+                                shapes: dict[str, tuple[tuple[int, ...], str]]) -> None:
+    """Quantized weights (a layer's `.scales` beside its packed weight) need the config's
+    'quantization' entry, which tells mlx-lm to build quantized layers: without it, loading fails with
+    a list of hundreds of unexpected parameters (a 4-bit download given its original config.json)."""
+    if any(k in config for k in ("quantization", "quantization_config")) or any(
+            isinstance(v, dict) and ("quantization" in v or "quantization_config" in v) for v in config.values()):
+        return
+    scaled = next((n for n in shapes if n.endswith(".scales") and n[: -len(".scales")] + ".weight" in shapes), None)
+    if scaled is not None:
+        raise DFlashError(f"{config_file}: the weights are quantized ({scaled} in {shapes[scaled][1]}) but the "
+                          "config has no 'quantization' entry; use the config.json that came with these weights.")
 
 
 # Files a tokenizer is read from (one is enough): Hugging Face's fast and slow tokenizers, SentencePiece,
