@@ -226,4 +226,8 @@ def test_quantized_weights_under_a_config_without_quantization_are_named(quantiz
     report = check_pair(folder, quantized_dirs[1])
     assert not report.ok and "the weights are quantized" in report.problems[0]
     assert "has no 'quantization' entry" in report.problems[0] and ".scales" in report.problems[0]
-    assert check_pair(*quantized_dirs).ok  # with its own config it is ready
+    report = check_pair(*quantized_dirs)  # with its own config it is ready, and says what it is
+    assert report.ok and report.facts["target_quantization"].startswith("4 bits, group 32, ")
+    assert report.facts["target_quantization"].endswith(("affine", "mxfp4"))
+    assert any("MLX multiplies quantized weights" in w for w in report.warnings)  # this CPU: verifies cost more
+    assert "target_quantization" not in check_pair(*qwen3_tied_dirs).facts

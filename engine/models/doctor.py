@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import mlx.core as mx
+
 from engine.models.checkpoint import check_drafter_weights, read_tensor_shapes
 from engine.decode.settings import DEFAULTS, draft_context_text
 from engine.models.drafter_config import SLIDING, DrafterConfig, flat_config, load_drafter_config, read_config_json
@@ -244,6 +246,25 @@ def barely_trained(drafter_path: Path, record: dict, block: int) -> Optional[str
             "and a run no faster than AR. Train it longer: train-drafter --init it --out another folder.")
 
 
+# Measured on the project's 2-core Linux VM (QA pass, stop 50): MLX's CPU quantized matmul does not
+# batch rows (1 -> 16 rows: 43 -> 572 us at float32, 349 -> 5,405 us at bfloat16), so a verify there
+# costs several AR steps.
+QUANTIZED_ON_CPU = ("the target is quantized and runs on the CPU, where MLX multiplies quantized weights "
+                    "about one row at a time: a 16-token verify of the 4-bit demo target costs 4.1 AR steps "
+                    "(1.65 unquantized), more in bfloat16; expect DFlash to gain little or lose here (auto "
+                    "verify length measures it and verifies less)")
+
+
+def quantization_line(config: dict[str, Any]) -> Optional[str]:
+    """'4 bits, group 64, affine' from a config's quantization entry (mlx-lm's), or None."""
+    q = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    parts = [f"{q['bits']} bits" if "bits" in q else None, f"group {q['group_size']}" if "group_size" in q else None,
+             str(q.get("mode") or q.get("quant_method") or "affine")]
+    return ", ".join(p for p in parts if p)
+
+
 def check_pair(target: str | Path, drafter: str | Path | None, download: bool = True,
                kernels: bool = True, progress: Optional[Progress] = None,
                should_cancel: Callable[[], bool] = lambda: False) -> DoctorReport:
@@ -307,5 +328,11 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
 
     report.facts["kernels"] = kernels_status(STREAM.device)
     report.facts["blas"] = blas.status
+    if dims is not None:
+        quantized = quantization_line(read_config_json(target_path))
+        if quantized is not None:
+            report.facts["target_quantization"] = quantized
+            if STREAM.device == mx.cpu:
+                report.warnings.append(QUANTIZED_ON_CPU)
     report.ok = not report.problems
     return report
