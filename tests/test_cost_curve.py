@@ -254,7 +254,9 @@ def test_an_unwritable_cache_costs_one_measurement_per_process(qwen3_pair, monke
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(blocked))
-    first, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
+    said = []
+    first, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, progress=said.append)
     assert not cached
+    assert any(m.startswith("the curve is not cached (") and "the next command measures it again" in m for m in said)
     again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert cached and again == first

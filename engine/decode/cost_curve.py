@@ -304,9 +304,10 @@ _UNWRITTEN: dict[str, CostCurve] = {}
 
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
                      window: int = 0, sink: int = 0, cancel: Optional[CancelToken] = None,
-                     sampling: Optional[SamplingSettings] = None) -> Iterator[tuple[int, int]]:
+                     sampling: Optional[SamplingSettings] = None,
+                     on_note: Callable[[str], None] = lambda note: None) -> Iterator[tuple[int, int]]:
     """cost_curve() as a generator: yields (done, total) while it measures (nothing when the curve is
-    cached), returns (curve, from_cache)."""
+    cached), returns (curve, from_cache); `on_note` hears when the cache could not be written."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
     def measured():
@@ -332,8 +333,10 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
     curve = yield from measured()
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
-    except DFlashError:
+    except DFlashError as exc:
         _UNWRITTEN[str(path)] = curve  # kept for this process's next runs
+        on_note(f"the curve is not cached ({exc}); it is kept for this process only, so the next command "
+                "measures it again")
     return curve, False
 
 
@@ -345,7 +348,7 @@ def cost_curve(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 
     """(curve, from_cache): the cached curve for this target and machine, else a new measurement.
     window, sink, sampling: as the runs that use the curve keep the drafter's context and draw."""
     return _drain(cost_curve_steps(pair, block=block, repeats=repeats, fresh=fresh, window=window, sink=sink,
-                                   cancel=cancel, sampling=sampling), progress)
+                                   cancel=cancel, sampling=sampling, on_note=progress), progress)
 
 
 def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:
