@@ -251,8 +251,8 @@ def barely_trained(drafter_path: Path, record: dict, block: int) -> Optional[str
 # costs several AR steps.
 QUANTIZED_ON_CPU = ("the target is quantized and runs on the CPU, where MLX multiplies quantized weights "
                     "about one row at a time: a 16-token verify of the 4-bit demo target costs 4.0 AR steps "
-                    "(1.45 unquantized, at a 32-token depth), more in bfloat16; expect DFlash to gain little or lose here (auto "
-                    "verify length measures it and verifies less)")
+                    "(1.45 unquantized, at a 32-token depth), more in bfloat16; expect DFlash to gain little "
+                    "or lose here (auto verify length measures it and verifies less)")
 
 
 def quantization_line(config: dict[str, Any]) -> Optional[str]:
