@@ -28,7 +28,7 @@ def test_a_download_goes_through_the_hooks_and_a_cancel_is_not_a_download_error(
 
     calls = []
 
-    def fake_snapshot_download(repo_id, allow_patterns=None, local_files_only=False, tqdm_class=None):
+    def fake_snapshot_download(repo_id, revision=None, allow_patterns=None, local_files_only=False, tqdm_class=None):
         if local_files_only:
             raise FileNotFoundError("not cached")
         calls.append(repo_id)
@@ -55,7 +55,7 @@ def test_a_failed_download_is_said_in_one_sentence(monkeypatch):
 
     raised: list[Exception] = []
 
-    def fake_snapshot_download(repo_id, allow_patterns=None, local_files_only=False, tqdm_class=None):
+    def fake_snapshot_download(repo_id, revision=None, allow_patterns=None, local_files_only=False, tqdm_class=None):
         raise FileNotFoundError("not cached") if local_files_only else raised[0]
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
@@ -69,3 +69,24 @@ def test_a_failed_download_is_said_in_one_sentence(monkeypatch):
         message = str(info.value)
         assert message.startswith("nobody/no-such-model: could not download from Hugging Face: ") and said in message
         assert "\n" not in message and "second line" not in message
+
+
+def test_an_id_with_a_revision_or_a_page_address_is_understood(monkeypatch, tmp_path):
+    """'acme/target@main' failed as an invalid repo id blamed on the network, and a pasted page
+    address as 'no such folder' (QA pass)."""
+    import huggingface_hub
+
+    asked = []
+
+    def fake_snapshot_download(repo_id, revision=None, allow_patterns=None, local_files_only=False, tqdm_class=None):
+        asked.append((repo_id, revision))
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    for typed, wanted in (("acme/target@v2", ("acme/target", "v2")),
+                          ("https://huggingface.co/acme/target", ("acme/target", None)),
+                          ("https://huggingface.co/acme/target/tree/dev", ("acme/target", "dev")),
+                          ("hf.co/acme/target/", ("acme/target", None)),
+                          ("acme/target", ("acme/target", None))):
+        asked.clear()
+        assert paths.resolve_model_path(typed) == tmp_path and asked == [wanted], (typed, asked)

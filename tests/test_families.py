@@ -231,3 +231,22 @@ def test_quantized_weights_under_a_config_without_quantization_are_named(quantiz
     assert report.facts["target_quantization"].endswith(("affine", "mxfp4"))
     assert any("MLX multiplies quantized weights" in w for w in report.warnings)  # this CPU: verifies cost more
     assert "target_quantization" not in check_pair(*qwen3_tied_dirs).facts
+
+
+def test_a_drafter_trained_for_the_unquantized_model_is_not_written_off(quantized_dirs, tmp_path):
+    """Training on bf16 and running 4-bit is common: the drafter drafts about as well there (the demo
+    drafter on a 4-bit demo target: tau 9.5 on six prompts at block 16, as unquantized), so the warning says so
+    instead of 'expect its drafts to be rarely accepted' (QA pass)."""
+    import json
+    import shutil
+
+    from engine.models.checkpoint import MADE_BY_FILE
+    from engine.models.doctor import check_pair
+
+    drafter = tmp_path / "drafter"
+    shutil.copytree(quantized_dirs[1], drafter)
+    (drafter / MADE_BY_FILE).write_text(json.dumps({"target": {"fingerprint": "the bf16 one", "name": "org/full"}}))
+    report = check_pair(quantized_dirs[0], drafter)
+    said = next(w for w in report.warnings if "trained for other target weights" in w)
+    assert said.startswith("drafter was trained for other target weights than these (org/full,")
+    assert "these are quantized (4 bits, group 32, " in said and "quantized copy of that model" in said

@@ -13,6 +13,21 @@ Progress = Callable[[str, float], None]
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.py", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
 
 
+HUB_URLS = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "https://hf.co/", "hf.co/")
+
+
+def hf_id_and_revision(text: str) -> tuple[str, Optional[str]]:
+    """('org/name', revision or None) from what a user pastes: an id, 'org/name@revision', or the
+    model's page address (https://huggingface.co/org/name, .../tree/revision)."""
+    for prefix in HUB_URLS:
+        if text.startswith(prefix):
+            parts = text[len(prefix):].strip("/").split("/")
+            revision = parts[3] if len(parts) >= 4 and parts[2] == "tree" else None
+            return "/".join(parts[:2]), revision
+    repo, at, revision = text.partition("@")
+    return (repo, revision) if at and revision and "/" in repo else (text, None)
+
+
 def looks_like_hf_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
@@ -34,12 +49,13 @@ def resolve_model_path(name: str | Path, download: bool = True, progress: Option
     bundled = bundled_model(text)
     if bundled is not None:
         return bundled
+    text, revision = hf_id_and_revision(text)
     if not looks_like_hf_id(text):
-        raise CheckpointError(f"{path}: no such folder (and it is not a Hugging Face id like 'org/name').")
+        raise CheckpointError(f"{name}: no such folder (and it is not a Hugging Face id like 'org/name').")
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(text, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
+        return Path(snapshot_download(text, revision=revision, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
     except Exception:
         if not download:
             raise CheckpointError(
@@ -51,7 +67,7 @@ def resolve_model_path(name: str | Path, download: bool = True, progress: Option
         raise CheckpointError(f"{text}: not in the Hugging Face cache, and HF_HUB_OFFLINE is set, so it cannot be "
                               "downloaded; unset it (or download the model elsewhere), or give a local folder.")
     try:
-        return Path(snapshot_download(text, allow_patterns=ALLOW_PATTERNS,
+        return Path(snapshot_download(text, revision=revision, allow_patterns=ALLOW_PATTERNS,
                                       tqdm_class=reporting_tqdm(text, progress, should_cancel)))
     except LoadCancelled:
         raise
