@@ -53,6 +53,15 @@ def test_missing_config(pair_copy):
     assert str(drafter / "config.json") in msg and "missing" in msg
 
 
+def test_an_ordinary_model_given_as_the_drafter_is_pointed_to_draft_model_mode(qwen3_tied_dirs):
+    """A small AR model given as --drafter got 'dflash_config is missing' and no word of the mode that
+    takes it (QA pass)."""
+    target = qwen3_tied_dirs[0]
+    msg = problem(target, target)
+    assert "field 'dflash_config' is missing, so this is not a DFlash drafter config (a 'qwen3' model" in msg
+    assert "--mode draft-model --draft-model" in msg
+
+
 def test_config_not_json(pair_copy):
     target, drafter = pair_copy
     (drafter / "config.json").write_text("{not json")

@@ -159,8 +159,12 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
     """Validate a drafter config dict; `path` names the file in error messages."""
     dflash = raw.get("dflash_config")
     if not isinstance(dflash, dict):
+        plain = isinstance(raw.get("model_type"), str) and "dflash" not in raw["model_type"].lower()
         raise CheckpointError(
-            f"{path}: field 'dflash_config' is missing, so this is not a DFlash drafter config."
+            f"{path}: field 'dflash_config' is missing, so this is not a DFlash drafter config"
+            + (f" (a '{raw['model_type']}' model: a small model with the target's tokenizer drafts with "
+               "--mode draft-model --draft-model it, the window's Race tab or bench --methods draft-model)."
+               if plain else ".")
         )
     hidden = _positive(path, "hidden_size", _field(raw, path, "hidden_size", int))
     layers = _positive(path, "num_hidden_layers", _field(raw, path, "num_hidden_layers", int))
