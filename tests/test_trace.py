@@ -105,6 +105,13 @@ def test_chrome_export(qwen3_tied_dirs, tmp_path, capsys):
     assert {"draft", "verify", "rollback"} <= names
     process = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
     assert process == [f"DFlash run: {qwen3_tied_dirs[0].name}"]
+    assert "note:" not in capsys.readouterr().err
+    # A trace cut short (its summary missing) exports what it holds and says so (it said nothing)
+    lines = trace.read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(line for line in lines if '"type": "summary"' not in line and '"type":"summary"' not in line))
+    assert cli(["export", str(cut), "--chrome", str(tmp_path / "cut.json")]) == 0
+    assert "note: the trace ends before its dflash run's summary" in capsys.readouterr().err
 
 
 def test_traces_from_before_auto_verify_still_open(qwen3_tied_dirs, tmp_path, capsys):

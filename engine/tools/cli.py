@@ -346,7 +346,7 @@ def cmd_calibrate(args) -> int:
 def cmd_export(args) -> int:
     from engine.tools.trace import export_chrome
 
-    n = export_chrome(args.trace, args.chrome)
+    n = export_chrome(args.trace, args.chrome, note=lambda m: print(f"note: {m}", file=sys.stderr))
     print(f"wrote {n} events to {args.chrome} (open it in https://ui.perfetto.dev)")
     return 0
 

@@ -14,7 +14,7 @@ import os
 import platform
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from engine import json_text
 from engine.errors import DFlashError
@@ -323,10 +323,16 @@ def _tok_s_counters(records: list[dict[str, Any]], pid: int, shift: float) -> It
                        "args": {"tok_s": round(count / r["t"], 3)}}
 
 
-def export_chrome(trace_path: str | Path, out_path: str | Path) -> int:
-    """Write Chrome trace JSON (opens in Perfetto); return the number of events."""
+def export_chrome(trace_path: str | Path, out_path: str | Path, note: Callable[[str], None] = lambda _: None) -> int:
+    """Write Chrome trace JSON (opens in Perfetto); return the number of events. `note` hears of a run
+    the trace holds no summary of (cut short: its timeline has no prefill, and may miss its end)."""
     out_path = check_output(out_path, "the Chrome trace", inputs=(trace_path,))
-    events = [e for pid, run in enumerate(read_runs(trace_path).runs, 1)  # a parity check: AR, then DFlash
+    runs = read_runs(trace_path).runs
+    events = [e for pid, run in enumerate(runs, 1)  # a parity check: AR, then DFlash
               for e in chrome_events(run.header, run.records, pid)]
+    for run in runs:
+        if not any(r["type"] == "summary" for r in run.records):
+            note(f"the trace ends before its {run.header.get('mode') or 'dflash'} run's summary (a stopped or crashed "
+                 "run, or a file cut short): the timeline has the rounds it holds, without the prefill")
     write_atomic(out_path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace")
     return len(events)
