@@ -143,6 +143,8 @@ def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
         (["--max-tokens", "0"], "max tokens"),
         (["--block-size", "40"], "block size"),
         (["--temperature", "-2"], "temperature"),
+        (["--stop", ""], "an empty stop string matches nothing"),  # it was ignored without a word
+        (["--seed", "99999999999999999999"], "is outside 0..9223372036854775807"),  # said "non-negative"
     ],
 )
 def test_absurd_settings_refused(qwen3_tied_dirs, capsys, extra, words):

@@ -80,7 +80,7 @@ class SamplingSettings:
         if not 0.0 <= self.min_p < 1.0:
             raise SettingsError(f"min-p {self.min_p} is outside [0, 1) (0 turns it off).")
         if not 0 <= self.seed < 2**63:
-            raise SettingsError(f"seed {self.seed} must be a non-negative integer.")
+            raise SettingsError(f"seed {self.seed} is outside 0..{2**63 - 1}.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,6 +126,8 @@ class GenerationSettings:
         if self.rollback not in ROLLBACK_MODES:
             raise SettingsError(f"rollback '{self.rollback}' is not one of: {', '.join(ROLLBACK_MODES)}.")
         self.sampling.validate(pair.head.vocab_size)
+        if any(not stop for stop in self.stop_strings):  # it was ignored without a word
+            raise SettingsError("an empty stop string matches nothing; give the text to stop at.")
         if not 0 <= self.draft_window <= MAX_DRAFT_CONTEXT:
             raise SettingsError(f"draft window {self.draft_window} is outside 0..{MAX_DRAFT_CONTEXT} "
                                 "(0 keeps the drafter's whole context).")
