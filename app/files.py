@@ -28,7 +28,7 @@ def _header(run: RunRecord) -> dict:
     return run.header
 
 
-def _write(path: Path, text: str, what: str, inputs: Inputs) -> None:
+def write_checked(path: Path, text: str, what: str, inputs: Inputs) -> None:
     """Checked first (never over `inputs`: the trace on show), then written beside the file and renamed
     over it (engine/safe_write.py)."""
     write_atomic(check_output(path, what, inputs), text, what)
@@ -61,7 +61,7 @@ def export_trace(run: RunRecord | Comparison, path: str | Path, inputs: Inputs =
             lines.append(json.dumps(parity_record(done)))
     else:  # one run, whatever file it was opened from
         lines = [json.dumps({**_header(run), "schema": SCHEMA})] + [json.dumps(r) for r in run.records()]
-    _write(Path(path), "\n".join(lines) + "\n", "the trace", inputs)
+    write_checked(Path(path), "\n".join(lines) + "\n", "the trace", inputs)
     return len(lines)
 
 
@@ -69,7 +69,7 @@ def export_chrome(run: RunRecord | Comparison, path: str | Path, inputs: Inputs 
     """Chrome trace JSON (opens in Perfetto), via the engine's converter: a comparison's runs as two processes."""
     runs = run.runs if isinstance(run, Comparison) else [run]
     events = [e for pid, each in enumerate(runs, 1) for e in chrome_events(_header(each), each.records(), pid)]
-    _write(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace", inputs)
+    write_checked(Path(path), json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}), "the Chrome trace", inputs)
     return len(events)
 
 
@@ -88,7 +88,7 @@ def export_rounds_csv(run: RunRecord | Comparison, path: str | Path, inputs: Inp
             v = getattr(r, col)
             row.append(" ".join(map(str, v)) if isinstance(v, list) else v)
         w.writerow(row)
-    _write(Path(path), buffer.getvalue(), "the rounds CSV", inputs)
+    write_checked(Path(path), buffer.getvalue(), "the rounds CSV", inputs)
     return len(run.rounds)
 
 

@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu
 
+from app.race_export import export_race_table
+
 
 def _action(window: QMainWindow, menu: QMenu, text: str, slot: Callable, shortcuts: tuple[str, ...] = ()) -> QAction:
     a = QAction(text, window)
@@ -32,6 +34,8 @@ def build_menus(window) -> None:
             lambda: _ask_save(window, "trace.chrome", "JSON (*.json)", window.export_chrome))
     _action(window, m, "Export rounds (CSV)…",
             lambda: _ask_save(window, "rounds", "CSV (*.csv)", window.export_rounds_csv))
+    _action(window, m, "Export race table (CSV)…",
+            lambda: _ask_save(window, "race", "CSV (*.csv)", lambda path: export_race_table(window, path)))
     _action(window, m, "Save plots (PNG)…", lambda: _ask_save(window, "plots", "PNG (*.png)", window.save_plots_png))
     m.addSeparator()
     _action(window, m, "Quit", window.close, ("Ctrl+Q",))

@@ -1,6 +1,7 @@
 """The Race tab through the real worker thread: every method runs in turn, the table holds the
 engine's figures, a row opens its run, Stop and a bad draft model behave."""
 
+import csv
 import json
 
 import pytest
@@ -94,11 +95,24 @@ def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_windo
     view.select_method("ar")
     assert w.rounds_run is None and w.current_run is w.runs["ar"] and w.rounds.rounds_model.rowCount() == 0
 
+    # File > Export race table: every method's figures side by side, as the table reads (a trace holds
+    # one method's run; the table could not be kept)
+    from app.race_export import export_race_table
+
+    assert export_race_table(w, tmp_path / "race.csv")
+    with open(tmp_path / "race.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == list(COLUMNS) and [r[0] for r in rows[1:]] == [view.table.item(i, 0).text() for i in
+                                                                     range(len(methods))]
+    assert all(r[COLUMNS.index("tok/s")] == view.cell(m, "tok/s") for r, m in zip(rows[1:], methods))
+
     # A plain run afterwards clears the race.
     choose(w, qwen3_tied_dirs, max_tokens=8, mode="dflash")
     with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
         w.start_run()
     assert view.table.rowCount() == 0 and list(w.runs) == ["dflash"]
+    assert not export_race_table(w, tmp_path / "none.csv") and not (tmp_path / "none.csv").exists()
+    assert w.errors and "run a race" in w.errors[-1]
     assert [label.text for _s, label in w.plots.tps_legend.items] == ["DFlash", "AR"]
 
 
