@@ -62,7 +62,8 @@ class RunController(QObject):
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
         self._starting_mode: Optional[str] = None  # a run submitted whose first event has not come yet
-        self._calibration_start: Optional[float] = None  # when the cost curve's measurement was first heard of
+        # (steps done before, when) at this run's first step of the cost curve's measurement
+        self._calibration_start: Optional[tuple[int, float]] = None
         self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
         self._last_plot = 0.0
         self._dirty = False
@@ -273,14 +274,16 @@ class RunController(QObject):
     def _engine_event(self, msg: EngineEvent) -> None:
         if self._starting_mode is not None:  # the run started: the last one's results make way
             self.clear_runs()
+            self._calibration_start = None
             self.job_mode, self._starting_mode = self._starting_mode, None
         if isinstance(msg.event, PrefillEvent):  # progress only: not part of the run's record or trace
             self.w.statusBar().showMessage(prefill_message(msg.label, msg.event))
             return
         if isinstance(msg.event, CalibrationEvent):
-            if msg.event.done <= 1 or self._calibration_start is None:
-                self._calibration_start = time.monotonic()
-            left = calibration_left_s(msg.event.done, msg.event.total, time.monotonic() - self._calibration_start)
+            if self._calibration_start is None:  # this run's first step (a stopped measurement goes on)
+                self._calibration_start = (msg.event.done - 1, time.monotonic())
+            before, since = self._calibration_start
+            left = calibration_left_s(msg.event.done - before, msg.event.total - before, time.monotonic() - since)
             self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve (once per pair, block and "
                                            f"draft window) {msg.event.done}/{msg.event.total}"
                                            + (f", about {left:.0f} s left" if left is not None else "") + ", Esc stops")

@@ -400,3 +400,23 @@ def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3
     w.prompt.max_tokens.setValue(5)
     run_and_wait(qtbot, w)
     assert w.current_run is not last and w.current_run.summary.num_generated == 5
+
+
+def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, make_window, qwen3_tied_dirs,
+                                                                      monkeypatch, tmp_path):
+    """A first auto run measures the cost curve: the status line counts its steps and, once a pace is
+    known, about how long is left (a long prompt's first run spent 19 of 27 s there, counting only)."""
+    from engine.decode import cost_curve as cc
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))  # no curve cached: this run measures
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="dflash", block_size=4, block_auto=True)
+    said = []
+    w.statusBar().messageChanged.connect(said.append)
+    run_and_wait(qtbot, w)
+    measuring = [m for m in said if "measuring the cost curve" in m]
+    assert measuring and all(m.endswith("Esc stops") for m in measuring)
+    assert any(", about " in m and " s left" in m for m in measuring)  # after the first step, a pace
+    assert not measuring[0].count("s left")  # the first step compiles: no pace from it
+    assert w.current_run.summary.num_generated == 8

@@ -228,6 +228,37 @@ def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_noti
     assert not any(isinstance(e, CalibrationEvent) for e in again)  # cached now
 
 
+def test_a_stopped_measurement_goes_on_from_the_depths_it_finished(qwen3_pair, monkeypatch, tmp_path):
+    """Stop during the cost curve's measurement, then Run again: the depths already measured are kept
+    (the measurement started again from its first step, and a long prompt's first run spends most of
+    its time there; QA pass). The curve is whole, and cached, in the end."""
+    from engine.decode.cancel import CancelToken
+    from engine.decode.decoder import generate
+    from engine.decode.events import CalibrationEvent
+    from engine.decode.settings import GenerationSettings
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    measured = []
+    real = cc._measure_depth
+    monkeypatch.setattr(cc, "_measure_depth", lambda pair, depth, *a: (measured.append(depth), real(pair, depth, *a))[1])
+    settings = GenerationSettings(max_tokens=8, auto=True, block_size=4)
+    per_depth = cc.EXTRA_SWEEPS * 3
+    token = CancelToken()
+    for event in generate(qwen3_pair, [5, 6, 7], settings, token):
+        if isinstance(event, CalibrationEvent) and event.done >= per_depth:
+            token.cancel()  # the first depth is measured: Stop
+    assert measured == [cc.CONTEXT_TOKENS, 64] and not list(tmp_path.rglob("*.json"))
+    measured.clear()
+    events = list(generate(qwen3_pair, [5, 6, 7], settings))
+    progress = [e.done for e in events if isinstance(e, CalibrationEvent)]
+    assert measured == [64] and progress[0] > per_depth and progress[-1] == 2 * per_depth  # went on
+    assert events[-1].num_generated == 8 and len(list(tmp_path.rglob("*.json"))) == 1
+    (saved,) = tmp_path.rglob("*.json")
+    curve = cc._from_json(json.loads(saved.read_text()))
+    assert [p.depth for p in curve.points()] == [cc.CONTEXT_TOKENS, 64] and cc._sound(curve, 4)
+
+
 def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, monkeypatch, tmp_path, capsys):
     """generate, parity and bench measure a missing curve first with progress on stderr (a large
     vocabulary on a CPU took 7.5 silent minutes), and the run's prefill time no longer holds it."""

@@ -187,19 +187,21 @@ def _check(block: int, repeats: int) -> None:
 
 def measure_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, window: int = 0,
                   sink: int = 0, cancel: Optional[CancelToken] = None, budget_s: Optional[float] = None,
-                  sampling: Optional[SamplingSettings] = None) -> Iterator[tuple[int, int]]:
+                  sampling: Optional[SamplingSettings] = None,
+                  kept: Optional[list[DepthPoint]] = None) -> Iterator[tuple[int, int]]:
     """measure() as a generator: yields (steps done, steps in all) after each sweep at each depth
     (a depth counts as its most sweeps, EXTRA_SWEEPS x repeats: one that ends sooner jumps to its
-    end), returns the curve. Raises CalibrationCancelled when `cancel` stops it."""
+    end), returns the curve. Raises CalibrationCancelled when `cancel` stops it. `kept`: the depths
+    a stopped measurement finished, appended to as each depth ends; they are not measured again."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)
     cancel = cancel or CancelToken()
     budget_s = SWEEP_BUDGET_S if budget_s is None else budget_s
     depths = depths_for(pair, block)
     most = EXTRA_SWEEPS * repeats
-    points = []
+    points = kept if kept is not None else []
     with mx.stream(STREAM):
-        for depth in depths:
+        for depth in depths[len(points):]:
             steps = _measure_depth(pair, depth, block, repeats, window, sink, cancel, budget_s,
                                    sampling or SamplingSettings())
             points.append((yield from _counted(steps, len(points) * most, len(depths) * most)))
@@ -300,6 +302,7 @@ def _from_json(data: dict) -> CostCurve:
 # Curves this process measured but could not write to the cache folder, by their cache file: an
 # unwritable cache costs one measurement per process, not one per run.
 _UNWRITTEN: dict[str, CostCurve] = {}
+_STOPPED: dict[str, list[DepthPoint]] = {}  # cache key -> the depths a stopped measurement finished
 
 
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
@@ -310,15 +313,17 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
     cached), returns (curve, from_cache); `on_note` hears when the cache could not be written."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
-    def measured():
+    key = cache_key(pair, block, repeats, window, sink, sampling)
+
+    def measured(kept: Optional[list[DepthPoint]] = None):
         return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
-                             sampling=sampling)
+                             sampling=sampling, kept=kept)
 
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
         return _agreed((yield from measured()), pair), False
-    path = cache_dir() / "cost-curves" / f"{cache_key(pair, block, repeats, window, sink, sampling)}.json"
+    path = cache_dir() / "cost-curves" / f"{key}.json"
     if not fresh and str(path) in _UNWRITTEN:
         return _UNWRITTEN[str(path)], True
     if not fresh and path.is_file():
@@ -330,7 +335,11 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
                     return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
-    curve = yield from measured()
+    # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
+    # started again from the first, and a long prompt's first run spends most of its time here)
+    kept = _STOPPED.setdefault(key, []) if not fresh else []
+    curve = yield from measured(kept)
+    _STOPPED.pop(key, None)
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError as exc:
