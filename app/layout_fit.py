@@ -17,14 +17,14 @@ printed over each other.
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSize, Qt
-from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 CENTER_MIN = 560  # px the output and rounds column wants beside the others
 PLOTS_SHARE = 0.34  # of a wide window's width, once the plots have their minimum
 # The tabs' share of the centre column's height: the plots' tab needs more than the output.
 TABS_SHARE = {False: 0.47, True: 0.6}
 PLOTS_SLACK = 8  # px the columns give the plots beyond their grid's least width
-PLOTS_MIN_HEIGHT = 380  # two rows of plots with their titles, legends and axes, readable
+PLOTS_MIN_HEIGHT = 320  # two rows of plots with their titles, legends and axes, readable (a 1280x800 tab: 352)
 SCROLL_MIN_HEIGHT = 120  # the settings column's least height (then it scrolls)
 
 
@@ -61,6 +61,30 @@ def settings_column(models: QWidget, prompt: QWidget, pinned: QWidget) -> QWidge
     outer.addWidget(VerticalScroll(settings), 1)
     outer.addWidget(pinned)
     return column
+
+
+def scrolled(page: QWidget) -> QWidget:
+    """A frameless scroll area filling `page`; returns the widget to lay the page's content in. A tab
+    smaller than that content's least size (a laptop at 125-150% scaling) then scrolls, instead of
+    squashing it or asking the window for more height than the screen has."""
+    inner = QWidget()
+    area = QScrollArea()
+    area.setWidget(inner)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    lay = QVBoxLayout(page)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(area)
+    return inner
+
+
+def readable(plots: QWidget, height: int) -> None:
+    """A pyqtgraph grid (or a text pane) keeps `height` px, readable in a `scrolled` page, and asks for no
+    more: its own size hint (480 px for a grid) would make its page scroll before it shrinks."""
+    plots.setMinimumHeight(height)
+    policy = plots.sizePolicy()
+    policy.setVerticalPolicy(QSizePolicy.Policy.Ignored)
+    plots.setSizePolicy(policy)
 
 
 class PlotsScroll(QScrollArea):

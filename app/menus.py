@@ -56,7 +56,7 @@ def suggested_path(stem: str, ext: str, mode: Optional[str], folder: Optional[Pa
     """What the save dialog offers: the kind of file, the run's mode and the time (so a second export
     does not offer to overwrite the first), in the folder saved to last, else the home folder (a
     double-clicked app's working folder is '/')."""
-    when = (now or datetime.now()).strftime("%Y%m%d-%H%M")
+    when = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")  # seconds: two exports in a minute differ
     name = f"{stem.replace('.', '-')}-{mode or 'run'}-{when}{ext}"
     return str((folder if folder is not None and folder.is_dir() else Path.home()) / name)
 

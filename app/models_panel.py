@@ -244,7 +244,8 @@ class ModelsPanel(QGroupBox):
                          f"block {facts.get('block_size')}" + (f", {facts['selector']}" if facts.get("selector") else ""))
             else:
                 what += "; no drafter, so AR only"
-            self._set_verdict(True, f"✓ ready: {what}" + "".join(f"\n⚠ {w}" for w in report.warnings),
+            head = "⚠ ready, with a warning" if report.warnings else "✓ ready"
+            self._set_verdict(True, f"{head}: {what}" + "".join(f"\n⚠ {w}" for w in report.warnings),
                               warned=bool(report.warnings))
         else:
             self._set_verdict(False, f"✗ {report.problems[0]}")

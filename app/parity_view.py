@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Optional
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QWidget
 
 from app import theme
+from app.layout_fit import readable, scrolled
 from app.jobs import ParityDone
 from app.output_view import OutputView
 from app.run_record import RunRecord
@@ -45,7 +46,7 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
                   f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")
     verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
                              temperature, dtype).text
-    return f"{verdict[0].upper()}{verdict[1:]}. {speed}"
+    return f"{verdict[0].upper()}{verdict[1:]}. {speed[0].upper()}{speed[1:]}"
 
 
 def samples_headline(result: ParityDone, temperature: float) -> str:
@@ -84,6 +85,19 @@ def parity_mark(result: Optional[ParityDone], ar: RunRecord) -> str:
     return {IDENTICAL: "✓", NEAR_TIE: "≈", SAMPLES: "~"}.get(kind, "✗")
 
 
+def diff_colour(result: Optional[ParityDone], ar: RunRecord) -> str:
+    """How the differences are marked: red for a real divergence (or one not judged), amber for a
+    near-tie flip, muted between two samples (T > 0), where a difference is no error."""
+    temperature, dtype = run_conditions(ar)
+    if temperature > 0:
+        return theme.DIFF_SAMPLE
+    if result is None or (result.cancelled and not result.compared):
+        return theme.DIFF_MARK
+    kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
+                          temperature, dtype).kind
+    return theme.DIFF_NEAR_TIE if kind == NEAR_TIE else theme.DIFF_MARK
+
+
 def run_conditions(run: RunRecord) -> tuple[float, str]:
     """(temperature, logits dtype) of a run, from its start event (live or from a trace)."""
     sampling = run.start.settings.get("sampling") or {}
@@ -99,7 +113,9 @@ class ParityView(QWidget):
         self.headline.setWordWrap(True)
         self.ar = OutputView(self, "parityText")
         self.dflash = OutputView(self, "parityText")
-        grid = QGridLayout(self)
+        for view in (self.ar, self.dflash):  # a few lines at least: the page scrolls below that
+            readable(view, view.fontMetrics().lineSpacing() * 4 + 2 * view.frameWidth() + 8)
+        grid = QGridLayout(scrolled(self))
         grid.addWidget(self.headline, 0, 0, 1, 2)
         self.labels: dict[str, QLabel] = {}
         for col, (name, view) in enumerate((("AR", self.ar), ("DFlash", self.dflash))):
@@ -138,11 +154,11 @@ class ParityView(QWidget):
             a, b = a[:n], b[:n]
         self.differences = differing_tokens(a, b)
         first = result.first_divergence if result is not None else (self.differences or [None])[0]
-        temperature, _ = run_conditions(ar)
-        colour = theme.DIFF_SAMPLE if temperature > 0 else theme.DIFF_MARK
+        colour = diff_colour(result, ar)
         for view in (self.ar, self.dflash):
             view.mark_tokens(self.differences, first, colour)
             if first is not None:  # both sides at the first difference (each scrolls alone after)
                 view.scroll_to_token(first)
         self.headline.setText(headline(result, *run_conditions(ar)) if result is not None
                               else unfinished_headline(ar, dflash, self.differences))
+        self.findChild(QScrollArea).verticalScrollBar().setValue(0)  # a short tab: the verdict first

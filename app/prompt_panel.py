@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from PySide6.QtCore import QSize
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
@@ -22,10 +23,20 @@ THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
 MODE_CHOICES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
 
 
+class PromptEditor(QPlainTextEdit):
+    """The prompt box: it asks for four lines and grows into whatever height the column has left. Qt's
+    own asks for ~190 px, and inside the settings column's scroll area (a short screen) that pushed
+    the sampling settings below the fold, or made a 1280x800 column scroll by 11 px."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        lines = self.fontMetrics().lineSpacing() * 4
+        return QSize(super().sizeHint().width(), lines + 2 * int(self.document().documentMargin()) + 2 * self.frameWidth())
+
+
 class PromptPanel(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("Prompt", parent)
-        self.editor = QPlainTextEdit()
+        self.editor = PromptEditor()
         self.editor.setObjectName("promptEditor")
         self.editor.setPlaceholderText("Type a prompt. Ctrl+Enter runs it, Esc stops.")
         self.editor.setTabChangesFocus(True)

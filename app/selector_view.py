@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.selector_stats import has_selector, miss, positions, selector_stats
 from app import theme
+from app.layout_fit import readable, scrolled
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 from app.tokens import chip_text
@@ -48,6 +49,8 @@ KEY = ("<span style='background:%s; color:#fff'>&nbsp;drafted, accepted&nbsp;</s
        "<u>underlined</u>: plain argmax"
        % (theme.CHIP_ACCEPTED, theme.CHIP_REJECTED, theme.CHIP_REJECTED_TEXT, theme.CHIP_REJECTED,
           theme.CHIP_CORRECTION))
+
+SELECTOR_PLOTS_HEIGHT = 170  # the rank and rescoring plots, readable (the page scrolls below it)
 
 
 def _share(n: int, total: int) -> str:
@@ -101,7 +104,7 @@ class SelectorView(QWidget):
         self.body.addWidget(self._build_run_part())
         self.body.addWidget(self._build_round_part())
         self.body.setSizes([220, 240])
-        lay = QVBoxLayout(self)
+        lay = QVBoxLayout(scrolled(self))
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.empty, 1)
         lay.addWidget(self.body, 1)
@@ -154,6 +157,7 @@ class SelectorView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.summary)
         lay.addWidget(self.plots, 1)
+        readable(self.plots, SELECTOR_PLOTS_HEIGHT)
         return part
 
     def _build_round_part(self) -> QWidget:

@@ -41,6 +41,7 @@ CHIP_ANCHOR = "#6b7280"
 ROUND_HIGHLIGHT = "#e5c07b"
 DIFF_MARK = "#b33a3a"
 DIFF_SAMPLE = "#4a5060"  # a difference between two samples (T > 0): no error, so not red
+DIFF_NEAR_TIE = "#8a6d1c"  # a near-tie flip (floating point at a margin below the dtype's threshold): amber
 
 # Where a round's drafts came from (RoundEvent.source, engine/decode/proposers.py): the left edge of
 # each drafted chip in the rounds view.

@@ -22,8 +22,11 @@ from engine.decode.calibration import calibration
 from engine.decode.depth_stats import DepthStats, round_times, step_times
 from engine.decode.events import TextEvent
 from app import theme
+from app.layout_fit import readable, scrolled
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
+
+WHY_PLOTS_HEIGHT = 300  # two rows of plots, readable (the page scrolls below it)
 
 
 def mean_style(colour: str) -> dict:
@@ -101,7 +104,8 @@ class WhyView(QWidget):
         self.depth_cost_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_VERIFY), name="round, mean")
         self.depth_ar_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_AR), name="AR step, mean")
 
-        lay = QVBoxLayout(self)
+        readable(self.plots, WHY_PLOTS_HEIGHT)
+        lay = QVBoxLayout(scrolled(self))
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
         lay.addWidget(self.plots, 1)

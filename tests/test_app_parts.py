@@ -248,7 +248,7 @@ def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_w
     w.models.drafter.set_value(str(models / "demo-hybrid-drafter"))
     w.models.check_now()
     text = w.models.verdict.text()
-    assert text.startswith("✓ ready") and "⚠ demo-hybrid-drafter was trained for other target weights than these (demo-hybrid-target" in text
+    assert text.startswith("⚠ ready, with a warning") and "⚠ demo-hybrid-drafter was trained for other target weights than these (demo-hybrid-target" in text
     assert w.models.verdict.objectName() == "verdictWarn"  # amber, not the green of a good pair
     from app.catalog import drafter_verdict  # the drafter list's dot and tooltip: green for both, once
 
@@ -303,9 +303,9 @@ def test_the_save_dialog_offers_a_name_of_its_own_in_a_real_folder(tmp_path, mon
 
     monkeypatch.setenv("HOME", str(tmp_path))
     when = datetime(2026, 11, 27, 15, 4)
-    assert suggested_path("trace", ".jsonl", "both", None, when) == str(tmp_path / "trace-both-20261127-1504.jsonl")
+    assert suggested_path("trace", ".jsonl", "both", None, when) == str(tmp_path / "trace-both-20261127-150400.jsonl")
     assert suggested_path("trace.chrome", ".json", None, tmp_path / "gone", when) == str(
-        tmp_path / "trace-chrome-run-20261127-1504.json")  # a folder no longer there: home
+        tmp_path / "trace-chrome-run-20261127-150400.json")  # a folder no longer there: home
     (tmp_path / "exports").mkdir()
     assert Path(suggested_path("rounds", ".csv", "race", tmp_path / "exports", when)).parent == tmp_path / "exports"
 
@@ -318,3 +318,25 @@ def test_the_cost_curves_measurement_says_how_long_it_has_left():
     assert calibration_left_s(1, 27, 5.0) is None  # the first step: compiling, no pace yet
     assert calibration_left_s(3, 27, 4.0) == pytest.approx(2.0 * 24)
     assert calibration_left_s(27, 27, 30.0) is None
+
+
+def test_parity_differences_are_coloured_by_what_they_mean():
+    """Red for a real divergence, amber for a near-tie flip (it was red too, beside the tab's ≈), muted
+    for two samples at T > 0."""
+    from types import SimpleNamespace
+
+    from app import theme
+    from app.parity_view import diff_colour
+
+    def ar(temperature):
+        return SimpleNamespace(start=SimpleNamespace(settings={"sampling": {"temperature": temperature}},
+                                                     model={"dtype": "float32"}))
+
+    def result(margin):
+        return SimpleNamespace(identical=False, first_divergence=3, margin_at_divergence=margin, cancelled=False,
+                               compared=10)
+
+    assert diff_colour(result(1e-5), ar(0.0)) == theme.DIFF_NEAR_TIE  # below float32's 1e-3
+    assert diff_colour(result(0.5), ar(0.0)) == theme.DIFF_MARK
+    assert diff_colour(result(0.5), ar(1.0)) == theme.DIFF_SAMPLE
+    assert len({theme.DIFF_NEAR_TIE, theme.DIFF_MARK, theme.DIFF_SAMPLE}) == 3

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtGui import QImage
 
-from app import layout_fit, screen_fit
+from app import layout_fit, screen_fit, why_view
 from app.layout_fit import plots_min_width
 from app.screen_fit import clamp_geometry, first_geometry
 
@@ -104,6 +104,36 @@ def test_a_short_screen_scrolls_the_settings_and_plots_and_keeps_run_on_screen(q
     assert w.plots.height() >= layout_fit.PLOTS_MIN_HEIGHT  # readable, the page scrolls instead
     assert w.plots.width() >= plots_min_width(w.plots) - 8
     assert w.plots_page.verticalScrollBar().maximum() > 0 or w.plots_page.height() >= layout_fit.PLOTS_MIN_HEIGHT
+    # The Why, Selector and Parity tabs scroll too, rather than print their axes over each other or
+    # clip the parity verdict (a second QA pass at 125%)
+    for view, least in ((w.why_view, why_view.WHY_PLOTS_HEIGHT), (w.parity_view, None)):
+        w.center_tabs.setCurrentWidget(view)
+        qtbot.waitUntil(view.isVisible)
+        if least is not None:
+            assert view.plots.height() >= least
+        else:
+            assert view.headline.height() >= view.headline.heightForWidth(view.headline.width())
+            assert view.ar.height() >= view.ar.minimumHeight() > 0
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_at_laptop_sizes_no_tab_scrolls_that_need_not(qtbot, make_window, monkeypatch, screen):
+    """The scroll areas are for short screens: at 1x on 1280x800 and 1440x900 no tab page scrolls."""
+    from PySide6.QtWidgets import QScrollArea
+
+    fake_screen(monkeypatch, SCREENS[screen])
+    w = make_window()
+    qtbot.waitExposed(w)
+    for view in (w.output, w.parity_view, w.why_view, w.selector_view, w.race_view, w.plots_page):
+        w.center_tabs.setCurrentWidget(view)
+        qtbot.waitUntil(view.isVisible)
+        area = view if isinstance(view, QScrollArea) else view.findChild(QScrollArea)
+        if area is not None:
+            assert area.verticalScrollBar().maximum() == 0, type(view).__name__
+    scroll = w.prompt.editor.parentWidget()
+    while not isinstance(scroll, QScrollArea):
+        scroll = scroll.parentWidget()
+    assert scroll.verticalScrollBar().maximum() == 0  # the settings fit (the prompt box takes what is left)
 
 
 @pytest.mark.parametrize("screen", SCREENS)
