@@ -25,4 +25,9 @@ def user_message(exc: BaseException) -> str:
         return str(exc)
     if is_out_of_memory(exc):
         return OUT_OF_MEMORY
+    from engine.runtime.temp_dir import explain
+
+    known = explain(exc)  # the user's environment (a TEMP that names no folder), not our bug
+    if known is not None:
+        return known
     return f"unexpected {type(exc).__name__}: {exc} (the traceback is in the log)."

@@ -208,3 +208,21 @@ def test_closing_never_waits_without_a_bound_on_a_stuck_worker(qtbot, make_windo
     assert time.perf_counter() - t0 < 5
     release.set()  # let the worker finish, so the test leaves no running thread behind
     qtbot.waitUntil(w.host.thread.isFinished, timeout=30_000)
+
+
+def test_a_temporary_folder_that_does_not_exist_is_named_not_unexpected(monkeypatch, tmp_path):
+    """MLX's CPU backend compiles kernels in the folder TMPDIR/TMP/TEMP names: when it names none, every
+    run failed with 'unexpected RuntimeError: filesystem error: temp_directory_path' (QA pass)."""
+    from app.errors import user_message
+    from engine.runtime.temp_dir import explain
+
+    for name in ("TMPDIR", "TMP", "TEMP", "TEMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    mlx_error = RuntimeError("filesystem error: temp_directory_path: No such file or directory")
+    monkeypatch.setenv("TEMP", str(tmp_path / "gone"))
+    said = user_message(mlx_error)
+    assert said.startswith(f"the temporary folder TEMP={tmp_path / 'gone'} does not exist") and "unexpected" not in said
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the first one set decides, as in C++
+    assert "MLX could not find a temporary folder" in explain(mlx_error)
+    assert explain(RuntimeError("something else")) is None
+    assert user_message(RuntimeError("something else")).startswith("unexpected RuntimeError")

@@ -136,7 +136,11 @@ def _let_root_report(args: argparse.Namespace, exc: BaseException) -> None:
 
 
 def _unexpected(args: argparse.Namespace, exc: BaseException) -> int:
+    from engine.runtime.temp_dir import explain
+
     if args.debug:
         traceback.print_exc()
-    print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+    known = explain(exc)  # the user's environment, not our bug
+    print(f"error: {known}" if known else
+          f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
     return EXIT_ERROR
