@@ -89,6 +89,8 @@ class StatusLine:
                     labels[key].setText(f"{name}: –")
             return
         shown = current or run
+        if not shown.tokens and runs.get("ar") is not None and runs["ar"].tokens and shown is not runs["ar"]:
+            shown = runs["ar"]  # Both mode's DFlash half stopped before its first token: AR's figures
         # Beside AR: the run whose rounds are shown (a race's chosen method), else DFlash (Both mode).
         ar = runs.get("ar")
         df = rounds_run if rounds_run is not None and rounds_run is not ar else runs.get("dflash")
@@ -106,4 +108,4 @@ class StatusLine:
         labels["rounds"].setText(f"rounds: {stats.rounds}{plain}")
         labels["tokens"].setText(f"tokens: {len(shown.tokens)}")
         peak = shown.summary.peak_memory_mb if shown.summary else None
-        labels["peak"].setText(f"peak: {peak:.0f} MB" if peak is not None else "peak: –")
+        labels["peak"].setText(f"peak: {peak:.0f} MB" if peak else "peak: –")  # 0: nothing measured

@@ -420,3 +420,21 @@ def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, mak
     assert any(", about " in m and " s left" in m for m in measuring)  # after the first step, a pace
     assert not measuring[0].count("s left")  # the first step compiles: no pace from it
     assert w.current_run.summary.num_generated == 8
+
+
+def test_both_mode_stopped_while_dflash_measures_keeps_ars_figures(qtbot, make_window, qwen3_tied_dirs,
+                                                                   monkeypatch, tmp_path):
+    """Stop while the DFlash half measures the cost curve: the AR half finished, and the status line's
+    figures are its own (they read 'tok/s: –, tokens: 0, peak: 0 MB'; QA pass)."""
+    from engine.decode import cost_curve as cc
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="both", block_size=4, block_auto=True)
+    w.statusBar().messageChanged.connect(lambda m: "measuring the cost curve" in m and w.stop())
+    run_and_wait(qtbot, w)
+    ar, df = w.runs["ar"], w.runs["dflash"]
+    assert len(ar.tokens) == 8 and not df.tokens and "stopped before its first token" in w.statusBar().currentMessage()
+    assert w.status_labels["tokens"].text() == "tokens: 8"
+    assert w.status_labels["peak"].text() != "peak: 0 MB"
