@@ -79,9 +79,12 @@ def test_resume_equals_uninterrupted(qwen3_tied_dirs, corpus_dir, tmp_path):
 def test_resume_refuses_other_settings(qwen3_tied_dirs, corpus_dir, tmp_path):
     t = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", SMALL)
     t.run(checkpoint_every=3, should_stop=lambda: t.step >= 3)
-    other = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", replace(SMALL, batch=3))
-    with pytest.raises(DFlashError, match="batch=2"):
+    other = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", replace(SMALL, batch=3, seq_len=32))
+    with pytest.raises(DFlashError) as info:  # every difference at once (one per try, before), with its flags
         other.resume()
+    said = str(info.value)
+    assert f"made with batch=2, seq_len={SMALL.seq_len} (this command: batch=3, seq_len=32)" in said
+    assert f"(--batch 2 --seq-len {SMALL.seq_len})" in said
 
 
 def test_resume_refuses_other_text(qwen3_tied_dirs, corpus_dir, tmp_path):
@@ -167,6 +170,25 @@ def test_data_formats(tmp_path):
         read_texts([str(tmp_path / "c.jsonl")])
     with pytest.raises(DFlashError, match="no such file"):
         read_texts([str(tmp_path / "missing")])
+
+
+def test_data_folders_leave_out_hidden_vendor_and_output_folders(tmp_path):
+    """`--data .` in a project: its .venv, node_modules and caches are not its text, and the run's own
+    --out inside it (checkpoints, config) became training text, so a resumed run found its text
+    changed and could never go on (QA pass)."""
+    from engine.training.data import data_files
+
+    (tmp_path / "mine.py").write_text("def mine(): pass\n")
+    for folder in (".venv/lib", "node_modules/x", "pkg/__pycache__", "drafter/checkpoint", ".git"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "junk.py").write_text("junk = 1\n")
+    (tmp_path / "drafter" / "config.json").write_text("{}")
+    files, skipped = data_files([str(tmp_path)], exclude=(tmp_path / "drafter",))
+    assert files == [tmp_path / "mine.py"] and skipped == 6
+    assert read_texts([str(tmp_path)], exclude=(tmp_path / "drafter",)) == ["def mine(): pass\n"]
+    (tmp_path / "mine.py").unlink()
+    with pytest.raises(DFlashError, match="outside hidden folders"):
+        read_texts([str(tmp_path)], exclude=(tmp_path / "drafter",))
 
 
 def test_trained_drafter_partial_accepts_stay_lossless(qwen3_tied_dirs, corpus_dir, tmp_path):

@@ -175,7 +175,7 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from engine.models.pair import load_pair
-    from engine.training.data import read_texts, token_stream
+    from engine.training.data import SKIPPED_FOLDERS, data_files, read_texts, token_stream
     from engine.training.trainer import CHECKPOINT_DIR, CHECKPOINT_NAMES, DrafterTrainer, TrainSettings
 
     _check_numbers(args)
@@ -203,7 +203,10 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         eval_every=args.eval_every, init=args.init, arch=args.arch, selector_rank=args.selector_rank,
         selector_top_k=args.selector_top_k, conv_kernel=args.conv_kernel, conv_group=args.conv_group,
     )
-    texts = read_texts(args.data)
+    files, skipped = data_files(args.data, exclude=(out,))
+    texts = read_texts(args.data, exclude=(out,))
+    print(f"--data: {len(files):,} file(s)" + (f", {skipped:,} left out (hidden folders, "
+          f"{', '.join(sorted(SKIPPED_FOLDERS))}, --out)" if skipped else ""), file=sys.stderr)
     pair = load_pair(args.target, None)
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, texts, eos if eos is not None else 0)

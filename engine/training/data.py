@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -13,27 +12,49 @@ from engine.tools.textfiles import jsonl_strings, read_text
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".rst", ".json", ".c", ".h", ".js", ".ts", ".html", ".css", ".sh", ".toml"}
 
 
-def _files(spec: str) -> Iterator[Path]:
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.suffix == ".jsonl"))
-        if not found:
-            raise DFlashError(f"{path}: the folder holds no text files ({', '.join(sorted(TEXT_SUFFIXES))}, .jsonl).")
-        yield from found
-    elif path.is_file():
-        yield path
-    else:
-        raise DFlashError(f"{path}: no such file or folder for --data.")
+# Folders a --data folder's walk leaves out: hidden ones (.git, .venv), installed packages and caches.
+# Someone's project folder holds them, and they are not the text its drafter should learn.
+SKIPPED_FOLDERS = {"node_modules", "__pycache__", "site-packages"}
 
 
-def read_texts(specs: list[str]) -> list[str]:
-    texts = []
+def _inside(path: Path, folders: tuple[Path, ...]) -> bool:
+    resolved = path.resolve()
+    return any(resolved == f or f in resolved.parents for f in folders)
+
+
+def data_files(specs: list[str], exclude: tuple[Path, ...] = ()) -> tuple[list[Path], int]:
+    """(the files --data names, how many files its folders held that were left out): hidden and
+    SKIPPED_FOLDERS folders, and anything inside `exclude` (the run's --out: its checkpoint would
+    otherwise become training text, and a resumed run find its text changed)."""
+    exclude = tuple(Path(e).resolve() for e in exclude)
+    files, skipped = [], 0
     for spec in specs:
-        for path in _files(spec):
-            if path.suffix == ".jsonl":
-                texts += jsonl_strings(path, "text", "the training data")
-            else:
-                texts.append(read_text(path, "the training data"))
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*")
+                           if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.suffix == ".jsonl"))
+            kept = [p for p in found if not _inside(p, exclude) and not any(
+                part.startswith(".") or part in SKIPPED_FOLDERS for part in p.relative_to(path).parts[:-1])]
+            skipped += len(found) - len(kept)
+            if not kept:
+                raise DFlashError(f"{path}: the folder holds no text files ({', '.join(sorted(TEXT_SUFFIXES))}, .jsonl)"
+                                  + (f" outside hidden folders, {', '.join(sorted(SKIPPED_FOLDERS))} and --out."
+                                     if found else "."))
+            files += kept
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DFlashError(f"{path}: no such file or folder for --data.")
+    return files, skipped
+
+
+def read_texts(specs: list[str], exclude: tuple[Path, ...] = ()) -> list[str]:
+    texts = []
+    for path in data_files(specs, exclude)[0]:
+        if path.suffix == ".jsonl":
+            texts += jsonl_strings(path, "text", "the training data")
+        else:
+            texts.append(read_text(path, "the training data"))
     if not any(t.strip() for t in texts):
         raise DFlashError("the training data holds no text.")
     return texts

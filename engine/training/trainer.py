@@ -304,15 +304,21 @@ class DrafterTrainer:
             return False
         _, state, ckpt = max(found, key=lambda f: f[0])
         saved = state["settings"]
+        differ = []
         for key in ("layers", "block_size", "batch", "seq_len", "anchors", "seed", "steps", "lr", "init", "taps",
                     "intermediate_size", "warmup", "gamma", "weight_decay", "arch", "selector_rank",
                     "selector_top_k", "conv_kernel", "conv_group"):
             was = saved.get(key, getattr(TrainSettings, key, None))  # keys added since: their default
             if was != getattr(self.s, key):
-                raise DFlashError(
-                    f"{ckpt / 'state.json'}: the checkpoint was made with {key}={was}, "
-                    f"not {getattr(self.s, key)}; resume with the same settings or use a new --out."
-                )
+                differ.append((key, was))
+        if differ:  # all of them at once (one per try, before), with the flags that resume it
+            made = ", ".join(f"{k}={v}" for k, v in differ)
+            now = ", ".join(f"{k}={getattr(self.s, k)}" for k, _ in differ)
+            flags = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                             for k, v in differ if v is not None)
+            raise DFlashError(f"{ckpt / 'state.json'}: the checkpoint was made with {made} (this command: {now}); "
+                              f"resume with the same settings ({flags}), or use a new --out (a longer run: "
+                              "--init the finished drafter).")
         data = state.get("data")  # checkpoints from before it was kept: not checked
         if isinstance(data, dict) and data != self.data:
             what = "for another target" if data.get("target_fingerprint") != self.data["target_fingerprint"] else \
