@@ -501,3 +501,12 @@ def test_a_models_name_is_its_hub_id_in_the_cache(tmp_path):
 
     assert model_name(tmp_path / "hub" / "models--Qwen--Qwen3-4B" / "snapshots" / "0123abcd") == "Qwen/Qwen3-4B"
     assert model_name(tmp_path / "demo-target") == "demo-target"
+
+
+def test_a_step_larger_than_the_training_text_is_refused(qwen3_tied_dirs, corpus_dir, tmp_path):
+    """--batch 100000 was killed by the kernel for memory without a word, and --batch 1000 took 6.8 GB
+    and 150 s a step for more tokens a step than the whole text (QA pass)."""
+    tokens = len(token_stream(load_pair(qwen3_tied_dirs[0], None).tokenizer, read_texts([str(corpus_dir)]), 0))
+    huge = tokens // SMALL.seq_len + 1
+    with pytest.raises(DFlashError, match=f"--batch {huge} x --seq-len {SMALL.seq_len} is .* tokens a step, more than"):
+        make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "d", replace(SMALL, batch=huge))

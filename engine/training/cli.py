@@ -205,8 +205,6 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     )
     files, skipped = data_files(args.data, exclude=(out,))
     texts = read_texts(args.data, exclude=(out,))
-    print(f"--data: {len(files):,} file(s)" + (f", {skipped:,} left out (hidden folders, "
-          f"{', '.join(sorted(SKIPPED_FOLDERS))}, --out)" if skipped else ""), file=sys.stderr)
     pair = load_pair(args.target, None)
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, texts, eos if eos is not None else 0)
@@ -222,8 +220,10 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         if not trainer.resume():
             raise DFlashError(f"--resume: no checkpoint in {out / CHECKPOINT_DIR}; leave out --resume to start anew.")
         print(f"resumed from step {trainer.step}", file=sys.stderr)
-    print(f"{len(tokens)} tokens ({len(trainer.eval_tokens)} held out); taps {trainer.cfg.target_layer_ids}; "
-          f"mask id {trainer.mask_id}", file=sys.stderr)
+    left_out = (f", {skipped:,} left out: hidden folders, {', '.join(sorted(SKIPPED_FOLDERS))}, --out" if skipped
+                else "")
+    print(f"{len(tokens)} tokens from {len(files):,} file(s){left_out} ({len(trainer.eval_tokens)} held out); "
+          f"taps {trainer.cfg.target_layer_ids}; mask id {trainer.mask_id}", file=sys.stderr)
     tokens_per_step = settings.batch * settings.seq_len
     bar = tqdm(total=settings.steps, initial=trainer.step, unit="step", file=sys.stderr, dynamic_ncols=True)
     started, start_step = time.perf_counter(), trainer.step

@@ -101,6 +101,10 @@ class DrafterTrainer:
         if s.seq_len <= s.block_size or s.anchors < 1 or s.batch < 1 or s.steps < 1 or s.layers < 1:
             raise DFlashError("--seq-len must exceed --block-size, and --anchors, --batch, --steps, --layers must be >= 1.")
         self.train_tokens = tokens[: len(tokens) - n_eval]
+        if s.batch * s.seq_len > len(self.train_tokens):  # --batch 100000 was killed for memory, unsaid
+            raise DFlashError(f"--batch {s.batch} x --seq-len {s.seq_len} is {s.batch * s.seq_len:,} tokens a step, more "
+                              f"than the {len(self.train_tokens):,} tokens of training text; lower --batch (a step "
+                              "sees windows of the text; memory grows with the batch).")
         self.eval_tokens = eval_tokens if eval_tokens is not None else tokens[len(tokens) - n_eval :]
         # what a checkpoint was trained on: a resume on other text (or for another target) is refused
         self.data = {"train_tokens": int(len(self.train_tokens)), "held_out_tokens": int(len(self.eval_tokens)),
