@@ -118,7 +118,9 @@ def test_flags_a_run_would_ignore_are_named_and_a_contradiction_refused(oracle_d
     assert cli(["generate", *base, "--mode", "lookup", "--no-lookup"]) == 2
     assert "--no-lookup contradicts it" in capsys.readouterr().err
     assert cli(["parity", *base, "--drafter", drafter, "--draft-model", target]) == 0
-    assert "note: --draft-model is not used" in capsys.readouterr().err
+    err = capsys.readouterr().err  # parity has no --mode: it points to the commands that run a draft model
+    assert "note: --draft-model is not used: this command runs DFlash against AR; generate --mode draft-model" in err
+    assert "bench --methods ar,draft-model" in err
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hi"}\n')
     bench = ["bench", "--target", target, "--drafter", drafter, "--prompts", str(prompts), "--max-tokens", "3",

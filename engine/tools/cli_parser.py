@@ -66,15 +66,15 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULTS.rollback})")
     _add_draft_context(p)
     p.add_argument("--draft-model", metavar="M",
-                   help="--mode draft-model: a small autoregressive model with the target's tokenizer (folder or "
-                        "Hugging Face id) that drafts --num-draft tokens a round")
+                   help="generate --mode draft-model, bench --methods draft-model: a small autoregressive model "
+                        "with the target's tokenizer (folder or Hugging Face id) that drafts --num-draft tokens a round")
     p.add_argument("--num-draft", type=int, default=None,  # None: not given (engine/tools/unused_flags.py)
                    help=f"tokens the draft model drafts a round (default {DEFAULTS.num_draft})")
     p.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=None,  # None: not given
                    help="DFlash rounds verify a copied span of the context instead of the drafter's block where "
                         "the text being written repeats earlier text"
                         f"{' (the default; --no-lookup: the drafter alone)' if LOOKUP_BY_DEFAULT else ''}; "
-                        "--mode lookup: copies alone, no drafter")
+                        "generate --mode lookup, bench --methods lookup: copies alone, no drafter")
 
 
 def _add_draft_context(p: argparse.ArgumentParser) -> None:

@@ -23,11 +23,14 @@ def notes(args, runs: set[str], race: bool = False) -> list[str]:
                             "--no-lookup for the drafter alone).")
     said = []
     if "draft-model" not in runs:
-        where = "the draft-model method in --methods" if race else "--mode draft-model"
+        where = ("only the draft-model method in --methods takes it." if race else
+                 "only --mode draft-model takes it." if hasattr(args, "mode") else  # generate
+                 "this command runs DFlash against AR; generate --mode draft-model runs a draft model, and "
+                 "bench --methods ar,draft-model races it against AR.")  # parity and the plain bench: no --mode
         for flag, given in (("--draft-model", getattr(args, "draft_model", None) is not None),
                             ("--num-draft", getattr(args, "num_draft", None) is not None)):
             if given:
-                said.append(f"{flag} is not used: only {where} takes it.")
+                said.append(f"{flag} is not used: {where}")
     if lookup is not None and (race or not runs & {"dflash"}):
         said.append("--lookup/--no-lookup is not used: " + (
             "each method says whether it looks up (dflash, dflash+lookup)." if race else
