@@ -112,8 +112,9 @@ def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):
     assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--max-tokens", "8",
                 "--repeats", "2"]) == 0
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith(PROMPTS[0][:20].replace("\n", "\\n")))
+    row = next(line for line in out.splitlines() if line.startswith("1. " + PROMPTS[0][:20].replace("\n", "\\n")))
     assert "repeats range" in out and re.search(r"\d+\.\d\d-\d+\.\d\dx$", row), out
+    assert "worst prompt: #1, " in out  # numbered as its row: pasted files often start alike
 
 
 def test_bench_says_which_prompts_below_ar_ran_above_it_in_a_repeat():
@@ -194,9 +195,9 @@ def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, 
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8"]) == 0
     text = capsys.readouterr().out
     assert "1 prompt(s) ended at their first token" in text
-    for name in ("hello world", "OVERALL"):  # no rate from one token over no time, per prompt or overall
+    for name in ("1. hello world", "OVERALL"):  # no rate from one token over no time, per prompt or overall
         row = next(line for line in text.splitlines() if line.startswith(name))
-        assert not any(c.isdigit() for c in row), row
+        assert not any(c.isdigit() for c in row.removeprefix("1. ")), row
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
                 "--block-sizes", "2,auto"]) == 0
     text = capsys.readouterr().out
@@ -451,7 +452,7 @@ def test_a_prompt_auto_decoded_in_plain_steps_alone_did_not_end_at_its_first_tok
     assert cli(args) == 0
     text = capsys.readouterr().out
     assert "ended at their first token" not in text
-    line = next(line for line in text.splitlines() if line.startswith(PROMPTS[0][:10].replace("\n", "\\n")))
+    line = next(line for line in text.splitlines() if line.startswith("1. " + PROMPTS[0][:10].replace("\n", "\\n")))
     assert any(c.isdigit() for c in line), line
 
 

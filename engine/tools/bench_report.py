@@ -68,8 +68,9 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     print("prompt".ljust(32) + "".join(c.rjust(14) for c in ("AR tok/s", "DFlash tok/s", "speedup", "tau", "draft ms",
                                                             "verify ms", "rollback ms"))
           + ("repeats range".rjust(14) if spread else ""))
-    for row, overall in [(r, False) for r in result["per_prompt"]] + [(dict(result, prompt="OVERALL"), True)]:
-        label = prompt_label(row["prompt"])
+    numbered = [(r, False, f"{i}. ") for i, r in enumerate(result["per_prompt"], 1)]
+    for row, overall, number in numbered + [(dict(result, prompt="OVERALL"), True, "")]:
+        label = number + prompt_label(row["prompt"], 30 - len(number))
         print(label.ljust(32) + _ar_cell(result, row, 14, overall) + "".join(
             f"{row[c]:>14.{1 if c == 'dflash_tok_s' else 3}f}" if row[c] is not None and decoded(row) else "-".rjust(14)
             for c in cols[1:])
@@ -79,8 +80,9 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     if drafted:
         worst = min(drafted, key=lambda r: r["speedup"])
         tau = worst["mean_acceptance_length"]  # None when no round drafted (block size 1, auto gone plain)
-        print(f"worst prompt: {worst['speedup']:.2f}x" + (f" (tau {tau:.2f})" if tau is not None else "")
-              + f" {worst['prompt'][:40]!r}; {below_ar(drafted)}")
+        number = result["per_prompt"].index(worst) + 1  # pasted files often start alike: the line says which
+        print(f"worst prompt: #{number}, {worst['speedup']:.2f}x"
+              + (f" (tau {tau:.2f})" if tau is not None else "") + f" {worst['prompt'][:40]!r}; {below_ar(drafted)}")
     tau = result["mean_acceptance_length"]
     if tau is not None and tau < NOTHING_ACCEPTED_TAU:
         print(f"note: almost no drafts were accepted (tau {tau:.2f}): this drafter does not help this target on "
