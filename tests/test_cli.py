@@ -192,6 +192,7 @@ def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, 
                             "--max-tokens", "8", "--json"])
     row = out["per_prompt"][0]
     assert row["rounds"] == 0 and row["speedup"] is None and row["ar_tokens"] == 1
+    assert (out["target"], out["drafter"], out["rollback"]) == (*map(str, oracle_first_eos_dirs), "replay")
     assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8"]) == 0
     text = capsys.readouterr().out
     assert "1 prompt(s) ended at their first token" in text

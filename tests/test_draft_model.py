@@ -3,6 +3,7 @@ the target verifies; its cache follows the committed text; lossless at T = 0, ex
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -126,7 +127,9 @@ def test_flags_a_run_would_ignore_are_named_and_a_contradiction_refused(oracle_d
     bench = ["bench", "--target", target, "--drafter", drafter, "--prompts", str(prompts), "--max-tokens", "3",
              "--raw", "--json"]
     assert cli([*bench, "--methods", "ar,lookup", "--num-draft", "5", "--no-lookup"]) == 0
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    report, err = json.loads(captured.out), captured.err
+    assert (report["target"], report["drafter"]) == (target, drafter) and report["rollback"] == "replay"
     assert "the draft-model method in --methods takes it" in err and "each method says whether it looks up" in err
     assert cli([*bench, "--methods", "ar,lookup", "--compare-drafter", drafter]) == 2
     assert "--compare-drafter belongs to the plain bench" in capsys.readouterr().err

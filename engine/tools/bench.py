@@ -233,6 +233,9 @@ def run_bench(
         "temperature": settings.sampling.temperature,
         "sampling": asdict(settings.sampling),  # top-p, top-k, min-p, seed too
         "blas": blas.status,
+        "target": str(pair.target_path),  # which models and rollback ran, for results compared later
+        "drafter": str(pair.drafter_path),
+        "rollback": settings.rollback,
         "per_prompt": per_prompt,
         "by_depth": [b.to_dict() for b in depth.rows()],
         **({"distributed": pair.distributed_facts()} if pair.ranks.sharded else {}),

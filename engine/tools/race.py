@@ -217,6 +217,9 @@ def run_race(
         "repeats": repeats, "max_tokens": settings.max_tokens,
         "temperature": settings.sampling.temperature, "sampling": asdict(settings.sampling), "blas": blas.status,
         "draft_model": settings.draft_model, "num_draft": settings.num_draft,
+        # which models and rollback ran: two results compared later must say (a QA pass could not tell them apart)
+        "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter is not None else None,
+        "rollback": settings.rollback,
     }
     if with_mlx_lm:
         ref_tokens, ref_s = sum(r[0] for r in reference), sum(r[1] for r in reference)
