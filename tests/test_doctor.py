@@ -273,3 +273,21 @@ def test_a_missing_shard_is_named_not_blamed_on_the_config(pair_copy):
         "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
     line = problem(target, drafter)
     assert "model-00002-of-00002.safetensors (of 2 in model.safetensors.index.json) is missing" in line, line
+
+
+def test_an_unfinished_training_run_is_named_not_read_as_a_broken_drafter(qwen3_tied_dirs, tmp_path):
+    """After Ctrl-C a train-drafter --out holds only checkpoint/: doctor said 'config.json is missing',
+    and on checkpoint/ itself '30 extra tensors' (the optimizer's state read as weights; QA pass)."""
+    import shutil
+
+    run = tmp_path / "run"
+    ckpt = run / "checkpoint"
+    ckpt.mkdir(parents=True)
+    shutil.copy(qwen3_tied_dirs[1] / "model.safetensors", ckpt / "model.safetensors")
+    shutil.copy(qwen3_tied_dirs[1] / "model.safetensors", ckpt / "optimizer.safetensors")
+    (ckpt / "state.json").write_text('{"step": 3}')
+    said = problem(qwen3_tied_dirs[0], run)
+    assert "no drafter yet, only the checkpoint of a train-drafter run that did not finish" in said
+    assert f"train-drafter --out {run} --resume" in said
+    said = problem(qwen3_tied_dirs[0], ckpt)
+    assert "a train-drafter checkpoint, not a drafter" in said and f"--out {run} --resume" in said

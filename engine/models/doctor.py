@@ -206,6 +206,20 @@ def training_record(drafter_path: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def check_not_a_training_run(path: Path) -> None:
+    """A train-drafter run that did not finish leaves only its checkpoint (no drafter yet), and the
+    checkpoint folder holds the optimizer's state beside the weights: each read as a broken drafter
+    ('config.json is missing', '30 extra tensors'), with no word of what they are."""
+    if (path / "state.json").is_file() and (path / "optimizer.safetensors").is_file():
+        raise DFlashError(f"{path}: a train-drafter checkpoint, not a drafter (the weights with the optimizer's "
+                          f"state); its run writes the drafter to {path.parent} when it finishes: train-drafter "
+                          f"--out {path.parent} --resume with the run's settings.")
+    if not (path / "config.json").is_file() and any((path / name / "state.json").is_file()
+                                                       for name in ("checkpoint", "checkpoint.old", "checkpoint.tmp")):
+        raise DFlashError(f"{path}: no drafter yet, only the checkpoint of a train-drafter run that did not "
+                          f"finish; finish it with train-drafter --out {path} --resume (and the run's settings).")
+
+
 def trained_for(drafter_path: Path, target_path: Path, record: dict) -> Optional[str]:
     """A warning when train-drafter's `record` names another target than this one (same shapes, so
     nothing else tells: its drafts are then rarely accepted; the output stays exact). None without a
@@ -295,6 +309,7 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
             drafter_path = resolve_model_path(drafter, download=download, progress=progress,
                                               should_cancel=should_cancel)
             report.facts["drafter"] = str(drafter_path)
+            check_not_a_training_run(drafter_path)
             cfg = load_drafter_config(drafter_path)
             report.facts.update(cfg.generation_facts())
             check_drafter_weights(drafter_path, cfg, dims["vocab_size"] if dims else None)
