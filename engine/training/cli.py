@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
                    help="fine-tune this drafter (folder or Hugging Face id) instead of starting from random "
                         "weights; it fixes layers, taps, block size and MLP width")
     t.add_argument("--arch", choices=("dflash", "dflash2"), default="dflash",
-                   help="dflash (v1) or dflash2 (a conv around each sublayer and a candidate selector); "
+                   help="dflash (v1, the default) or dflash2 (a conv around each sublayer and a candidate selector); "
                         "with --init from a v1 drafter, dflash2 keeps its weights and adds the new parts")
     t.add_argument("--selector-top-k", type=int, default=8, help="DFlash2: candidates per drafted position")
     t.add_argument("--selector-rank", type=int, default=64, help="DFlash2: rank of the selector's codebooks")
@@ -34,19 +34,26 @@ def add_parser(sub) -> None:
     t.add_argument("--layers", type=int, help="drafter layers (default 1)")
     t.add_argument("--block-size", type=int, help="block size (default 16)")
     t.add_argument("--taps", help="'auto' (the default) or comma-separated target layer ids")
-    t.add_argument("--steps", type=int, default=1000)
-    t.add_argument("--batch", type=int, default=8)
-    t.add_argument("--seq-len", type=int, default=256)
+    t.add_argument("--steps", type=int, default=1000, help="training steps (default %(default)s)")
+    t.add_argument("--batch", type=int, default=8,
+                   help="windows of the text per step (default %(default)s; batch x seq-len tokens a step, at most "
+                        "the training text's)")
+    t.add_argument("--seq-len", type=int, default=256,
+                   help="tokens per window (default %(default)s; drafts deep in long prompts want longer windows)")
     t.add_argument("--anchors", type=int, default=8, help="blocks per sequence per step")
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--warmup", type=int, default=50)
+    t.add_argument("--lr", type=float, default=1e-3, help="AdamW peak learning rate, cosine decay (default %(default)s)")
+    t.add_argument("--warmup", type=int, default=50, help="steps of linear warm-up (default %(default)s)")
     t.add_argument("--intermediate-size", type=int, help="drafter MLP width (default: the target's)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--eval-every", type=int, default=100)
-    t.add_argument("--checkpoint-every", type=int, default=100)
-    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--seed", type=int, default=0, help="initial weights and windows drawn (default %(default)s)")
+    t.add_argument("--eval-every", type=int, default=100,
+                   help="steps between held-out loss and tau estimates (default %(default)s)")
+    t.add_argument("--checkpoint-every", type=int, default=100,
+                   help="steps between checkpoints that --resume goes on from (default %(default)s)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint; give the run's settings again (it names any that differ)")
     t.add_argument("--force", action="store_true",
-                   help="replace a drafter in --out that train-drafter did not make (never the target itself)")
+                   help="replace the drafter already in --out, or start an unfinished run there anew (never the "
+                        "target itself, nor the --init drafter)")
     t.add_argument("--distill", type=int, default=0, metavar="N",
                    help="train on N greedy continuations written by the target from prompts cut from --data "
                         "(contexts like those it meets at inference); saved in OUT/distill.npy for --resume")
