@@ -106,9 +106,12 @@ def _with_bar(total: int, make):
         return make(lambda done, _total: bar.update(done - bar.n))
     except KeyboardInterrupt:
         bar.close()
+        from engine.training.distill import DISTILL_BATCH
+
         print(f"\ninterrupted while the target was writing the training text, after {bar.n:.0f} of {total} "
-              "sequences; nothing was trained yet. The finished batches are kept: the same command goes on from "
-              "them.", file=sys.stderr)
+              f"sequences; nothing was trained yet. The target writes {DISTILL_BATCH} sequences at a time: each "
+              "such batch it finished is kept, and the same command goes on from them (a batch cut short is "
+              "written again).", file=sys.stderr)
         raise
     finally:
         bar.close()
