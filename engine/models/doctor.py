@@ -39,8 +39,11 @@ REQUIRED_TARGET_FIELDS = ("num_hidden_layers", "hidden_size", "vocab_size")
 
 
 def target_dims(config: dict[str, Any]) -> dict[str, Any]:
+    """The sizes the doctor checks a drafter against, and the quantization where there is one."""
     merged = flat_config(config)
-    return {k: merged.get(k) for k in ("model_type", *REQUIRED_TARGET_FIELDS)}
+    dims = {k: merged.get(k) for k in ("model_type", *REQUIRED_TARGET_FIELDS)}
+    quantized = quantization_line(merged)
+    return {**dims, "quantization": quantized} if quantized is not None else dims
 
 
 # Far past any published model: a size beyond these is a corrupt or hostile config, and building
@@ -220,10 +223,10 @@ def check_not_a_training_run(path: Path) -> None:
                           f"finish; finish it with train-drafter --out {path} --resume (and the run's settings).")
 
 
-def trained_for(drafter_path: Path, target_path: Path, record: dict) -> Optional[str]:
+def trained_for(drafter_path: Path, target_path: Path, record: dict, quantized: Optional[str] = None) -> Optional[str]:
     """A warning when train-drafter's `record` names another target than this one (same shapes, so
     nothing else tells: its drafts are then rarely accepted; the output stays exact). None without a
-    record, or for the target it names."""
+    record, or for the target it names. `quantized`: the target's quantization_line, if any."""
     from engine.models.checkpoint import MADE_BY_FILE, model_name, target_fingerprint
 
     try:
@@ -231,7 +234,6 @@ def trained_for(drafter_path: Path, target_path: Path, record: dict) -> Optional
         fingerprint = made_for.get("fingerprint")
         if not isinstance(fingerprint, str) or fingerprint == target_fingerprint(target_path):
             return None
-        quantized = quantization_line(read_config_json(target_path))
     except (OSError, ValueError, AttributeError, DFlashError):
         return None
     said = (f"{model_name(drafter_path)} was trained for other target weights than these "
@@ -330,7 +332,7 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
         if dims is not None and cfg is not None:
             report.problems += check_compatibility(target_path, dims, drafter_path, cfg)
             record = training_record(drafter_path)
-            for warning in (trained_for(drafter_path, target_path, record),
+            for warning in (trained_for(drafter_path, target_path, record, dims.get("quantization")),
                             barely_trained(drafter_path, record, cfg.block_size)):
                 if warning is not None:
                     report.warnings.append(warning)
@@ -348,11 +350,7 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
 
     report.facts["kernels"] = kernels_status(STREAM.device)
     report.facts["blas"] = blas.status
-    if dims is not None:
-        quantized = quantization_line(read_config_json(target_path))
-        if quantized is not None:
-            report.facts["target_quantization"] = quantized
-            if STREAM.device == mx.cpu:
-                report.warnings.append(QUANTIZED_ON_CPU)
+    if dims is not None and dims.get("quantization") and STREAM.device == mx.cpu:  # target_quantization: from dims
+        report.warnings.append(QUANTIZED_ON_CPU)
     report.ok = not report.problems
     return report
