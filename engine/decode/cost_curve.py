@@ -313,8 +313,6 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
     cached), returns (curve, from_cache); `on_note` hears when the cache could not be written."""
     block = block or (pair.drafter.cfg.block_size if pair.drafter is not None else 16)
     _check(block, repeats)  # before the cache: a bad setting is refused whether or not a curve is cached
-    key = cache_key(pair, block, repeats, window, sink, sampling)
-
     def measured(kept: Optional[list[DepthPoint]] = None):
         return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
                              sampling=sampling, kept=kept)
@@ -323,6 +321,7 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
         return _agreed((yield from measured()), pair), False
+    key = cache_key(pair, block, repeats, window, sink, sampling)
     path = cache_dir() / "cost-curves" / f"{key}.json"
     if not fresh and str(path) in _UNWRITTEN:
         return _UNWRITTEN[str(path)], True

@@ -185,7 +185,7 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from engine.models.pair import load_pair
-    from engine.training.data import SKIPPED_FOLDERS, data_files, read_texts, token_stream
+    from engine.training.data import SKIPPED_FOLDERS, data_files, texts_of, token_stream
     from engine.training.trainer import CHECKPOINT_DIR, CHECKPOINT_NAMES, DrafterTrainer, TrainSettings
 
     _check_numbers(args)
@@ -214,7 +214,7 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         selector_top_k=args.selector_top_k, conv_kernel=args.conv_kernel, conv_group=args.conv_group,
     )
     files, skipped = data_files(args.data, exclude=(out,))
-    texts = read_texts(args.data, exclude=(out,))
+    texts = texts_of(files)  # one walk of the folders: each resolves every file
     pair = load_pair(args.target, None)
     eos = pair.tokenizer.eos_token_id
     tokens = token_stream(pair.tokenizer, texts, eos if eos is not None else 0)

@@ -49,8 +49,13 @@ def data_files(specs: list[str], exclude: tuple[Path, ...] = ()) -> tuple[list[P
 
 
 def read_texts(specs: list[str], exclude: tuple[Path, ...] = ()) -> list[str]:
+    return texts_of(data_files(specs, exclude)[0])
+
+
+def texts_of(files: list[Path]) -> list[str]:
+    """The texts of data_files()' files (a JSONL file's 'text' fields, each one)."""
     texts = []
-    for path in data_files(specs, exclude)[0]:
+    for path in files:
         if path.suffix == ".jsonl":
             texts += jsonl_strings(path, "text", "the training data")
         else:
