@@ -72,30 +72,31 @@ def unfinished_headline(ar: RunRecord, dflash: Optional[RunRecord], differences:
     return f"This check did not finish, so its file has no verdict: {seen}."
 
 
+def verdict_kind(result: Optional[ParityDone], ar: RunRecord) -> Optional[str]:
+    """The comparison's verdict kind (engine/tools/parity.py) at its runs' temperature and logits dtype;
+    None when Stop left nothing to compare or a check did not finish."""
+    if result is None or (result.cancelled and not result.compared):
+        return None
+    temperature, dtype = run_conditions(ar)
+    return parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
+                          temperature, dtype).kind
+
+
 def parity_mark(result: Optional[ParityDone], ar: RunRecord) -> str:
     """The Parity tab's mark: ✓ identical, ✗ a divergence at a clear margin, ≈ a near-tie flip,
     and ~ at T > 0, where two samples are compared only in distribution; – when Stop left nothing
     to compare or a check did not finish (a stopped comparison is marked by what the tokens both
     runs wrote show)."""
-    if result is None or (result.cancelled and not result.compared):
-        return "–"
-    temperature, dtype = run_conditions(ar)
-    kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
-                          temperature, dtype).kind
-    return {IDENTICAL: "✓", NEAR_TIE: "≈", SAMPLES: "~"}.get(kind, "✗")
+    kind = verdict_kind(result, ar)
+    return "–" if kind is None else {IDENTICAL: "✓", NEAR_TIE: "≈", SAMPLES: "~"}.get(kind, "✗")
 
 
 def diff_colour(result: Optional[ParityDone], ar: RunRecord) -> str:
     """How the differences are marked: red for a real divergence (or one not judged), amber for a
     near-tie flip, muted between two samples (T > 0), where a difference is no error."""
-    temperature, dtype = run_conditions(ar)
-    if temperature > 0:
+    if run_conditions(ar)[0] > 0:
         return theme.DIFF_SAMPLE
-    if result is None or (result.cancelled and not result.compared):
-        return theme.DIFF_MARK
-    kind = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
-                          temperature, dtype).kind
-    return theme.DIFF_NEAR_TIE if kind == NEAR_TIE else theme.DIFF_MARK
+    return theme.DIFF_NEAR_TIE if verdict_kind(result, ar) == NEAR_TIE else theme.DIFF_MARK
 
 
 def run_conditions(run: RunRecord) -> tuple[float, str]:
