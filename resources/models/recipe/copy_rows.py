@@ -106,7 +106,12 @@ def renaming(text: str, rng: np.random.Generator) -> tuple[str, str, str]:
     new = ("new_", "other_", "my_", "")[int(rng.integers(4))] + old + ("", "2", "_v2", "_copy")[int(rng.integers(4))]
     if new == old:
         new = old + "2"
-    return re.sub(rf"\b{re.escape(old)}\b", new, text), old, new
+    return swapped(text, old, new), old, new
+
+
+def swapped(text: str, old: str, new: str) -> str:
+    """`text` with the name `old` (a whole word) written `new` everywhere."""
+    return re.sub(rf"\b{re.escape(old)}\b", new, text)
 
 
 def cue(rng: np.random.Generator, old: str, new: str) -> str:
@@ -140,7 +145,7 @@ def copy_row(rng: np.random.Generator, tokenizer, ids: np.ndarray, seq_len: int)
     masked = disguised("\0".join((whole[first:span_end], whole[span_end:after_end], whole[after_end:])), rng)
     text, after, tail = masked.split("\0")  # one disguise: names agree throughout
     again, old, new = renaming(text, rng) if rng.random() < RENAME_SHARE else (text, "", "")
-    rest = re.sub(rf"\b{re.escape(old)}\b", new, after + tail) if old else after + tail
+    rest = swapped(after + tail, old, new) if old else after + tail
     row = tokenizer.encode(text + after + cue(rng, old, new) + again + rest).ids[: seq_len + 1]
     if len(row) < seq_len + 1:  # a tokenizer that merges more across the joins than the cut ids did
         row += ids[cuts[3] : cuts[3] + seq_len + 1 - len(row)].tolist()
