@@ -218,6 +218,60 @@ def test_hybrid_recipe_trains_through_the_chunked_pass_and_loads_as_a_target(tmp
     assert config["model_type"] == "qwen3_5" and len(list(gdn_layers(model))) == 3
 
 
+def test_eos_after_text_ends_every_file_without_a_newline_before_its_eos(tmp_path, monkeypatch):
+    """A newline token followed by EOS in training made the demo targets stop at the first token of
+    prompts that end at a line end; --eos-after-text leaves none, and a resume must keep the setting."""
+    from tokenizers import Tokenizer
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
+
+    def before_eos(flags, run):
+        args = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5", *flags])
+        data = build_demo_target.prepare_data(args, tmp_path / run)
+        tok = Tokenizer.from_file(str(tmp_path / run / "tokenizer" / "tokenizer.json"))
+        eos = data["special_ids"][build_demo_target.EOS_TOKEN]
+        ids = [int(i) for i in data["train_ids"]] + [int(i) for i in data["synth_ids"]]
+        return [tok.decode([ids[k - 1]]) for k in range(1, len(ids)) if ids[k] == eos]
+
+    plain = before_eos([], "plain")
+    assert any(t.endswith("\n") for t in plain)  # the corpus's files end in a newline
+    trimmed = before_eos(["--eos-after-text"], "trimmed")
+    assert len(trimmed) == len(plain) and all(t.rstrip() == t for t in trimmed)
+    with pytest.raises(SystemExit, match="without --eos-after-text"):
+        build_demo_target.prepare_data(
+            build_demo_target.parse_args(["--vocab-size", "320", "--resume", "--eos-after-text"]), tmp_path / "plain")
+
+
+def test_hybrid_recipe_continues_a_hybrid_target_from_all_its_weights(tmp_path, monkeypatch):
+    from mlx.utils import tree_flatten
+
+    monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
+    monkeypatch.setattr(build_demo_target, "verify_and_sample", lambda *a, **k: [])
+    small = ["--vocab-size", "320", "--steps", "2", "--batch-size", "2", "--seq-len", "16", "--hidden-size", "64",
+             "--layers", "4", "--head-dim", "16", "--linear-head-dim", "16", "--intermediate-size", "128",
+             "--synthetic-modules", "0", "--warmup", "1"]
+    first = tmp_path / "first"
+    build_demo_hybrid.train_target(build_demo_hybrid.parse_args(
+        [*small, "--run-dir", str(tmp_path / "run1"), "--out", str(first)]))
+    started = {}
+
+    def no_training(args, model, batches, run_dir, rng):
+        started.update(tree_flatten(model.parameters()))
+        return 0.0, []
+
+    monkeypatch.setattr(build_demo_target, "train_loop", no_training)
+    build_demo_hybrid.train_target(build_demo_hybrid.parse_args(
+        [*small, "--run-dir", str(tmp_path / "run2"), "--out", str(tmp_path / "second"), "--init-from", str(first)]))
+    import mlx.core as mx
+
+    saved = mx.load(str(first / "model.safetensors"))
+    assert set(saved) == set(started) and all(mx.array_equal(saved[k], started[k]).item() for k in saved)
+    other = [*small, "--layers", "8"]  # the last of a repeated flag counts
+    with pytest.raises(SystemExit, match="do not fit the model these flags make"):
+        build_demo_hybrid.train_target(build_demo_hybrid.parse_args(
+            [*other, "--run-dir", str(tmp_path / "run3"), "--out", str(tmp_path / "third"), "--init-from", str(first)]))
+
+
 def test_line_prompts_cover_code_lines_and_prose():
     from code_prompts import MAX_CHARS, line_prompts
 

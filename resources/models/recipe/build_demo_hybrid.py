@@ -15,10 +15,17 @@ width-256 target's cost 3.5 and no drafter could win. The GatedDeltaNet heads us
 Dk = Dv = 32, a multiple of 32, so on a Mac the Metal kernels in kernels/ run the
 recurrence and the tape replay.
 
-The shipped pair (resources/models/demo-hybrid-*) was built with these defaults except
---split gpt2 (its card says what that costs), in two target runs: --steps 2000 stopped after
-step 200, then --resume --steps 1000 (steps 200-1000 on the 1000-step schedule); then
---stage drafter --resume with the --drafter-* defaults here.
+The shipped target took two runs: the one its card at commit 20b60e0 describes (500 steps
+from the dense demo target's embeddings and MLPs, 1,024/2,048-token windows), then 60 steps
+continuing it with --eos-after-text (its card now):
+
+    python resources/models/recipe/build_demo_hybrid.py --stage target --init-from <the first> \
+        --eos-after-text --steps 60 --batch-size 4 --seq-len 1024 --file-start-share 0.5 --lr 3e-4 --warmup 5
+
+Its drafter is the shipped one's short-window recovery stage run again for the continued target
+(build_demo_drafter.py --steps 0 --init <the drafter before> --arch dflash2 --distill-sequences 600
+--definition-prompts 1200 --line-prompts 600 --finetune-steps 200 --finetune-lr 3e-4
+--finetune-warmup 10 --distill-bucket 8 --bench-repeats 1; its card has the lineage).
 
     python resources/models/recipe/build_demo_hybrid.py --stage all
     python resources/models/recipe/build_demo_hybrid.py --stage target --resume   # after an interruption
@@ -78,6 +85,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--init-from-dense", metavar="MODEL_DIR",
                     help="start the embeddings, MLPs and norms from this dense demo target (same tokenizer, "
                          "widths and depth); the GatedDeltaNet and attention layers start random")
+    ap.add_argument("--init-from", metavar="MODEL_DIR",
+                    help="continue this hybrid target (e.g. the shipped demo-hybrid-target): all its weights "
+                         "and its tokenizer; the model flags must match its config")
+    dense.add_eos_after_text(ap)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
@@ -206,10 +217,22 @@ def train_target(args) -> dict:
 
     mx.random.seed(args.seed)
     rng = np.random.Generator(np.random.PCG64(args.seed))
-    data = dense.prepare_data(args, run_dir)
+    if args.init_from and args.init_from_dense:
+        raise SystemExit("--init-from and --init-from-dense: give one (a hybrid target to continue, or a dense "
+                         "one to start the embeddings and MLPs from)")
+    data = dense.prepare_data(args, run_dir, Path(args.init_from) if args.init_from else None)
     cfg = model_config(args, data)
     model = build_model(cfg)
     mx.eval(model.parameters())
+    if args.init_from and not args.resume:
+        init = Path(args.init_from)
+        try:  # strict: every tensor's name and shape, so flags that build another model are caught
+            model.load_weights(str(init / "model.safetensors"), strict=True)
+        except ValueError as exc:
+            raise SystemExit(f"--init-from {init}: its weights do not fit the model these flags make "
+                             f"(give the flags it was trained with): {str(exc)[:200]}") from None
+        mx.eval(model.parameters())
+        dense.log(f"init: all weights from {init}")
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     dense.log(f"model: qwen3_5, {n_params:,} params, layers "
               + "".join("G" if layer.is_linear else "A" for layer in model.layers))
@@ -329,6 +352,14 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
                   *([f"- Embeddings, MLPs and norms started from `{t['init_from_dense']}` (the dense demo "
                      "target, same tokenizer); the GatedDeltaNet and attention layers from random weights."]
                     if t.get("init_from_dense") else []),
+                  *([f"- Continued from `{t['init_from']}` (all its weights and its tokenizer); that "
+                     "model's own training is in its card, in git history before this one."]
+                    if t.get("init_from") else []),
+                  *(["- `--eos-after-text`: every training file ends in EOS right after its last non-space "
+                     "character, so a newline is never followed by EOS and a prompt that ends at a line end "
+                     "goes on (before, `def test_is_leap_year():` with one assert line, and a function cut "
+                     "after a body line, stopped at their first token)."]
+                    if t.get("eos_after_text") else []),
                   f"- Tokenizer: byte-level BPE, vocab {t['vocab_size']}, {split} pre-split."]
         resumed = run_dir / "run_args.resume.json"
         steps_after = json.loads(resumed.read_text())["steps"] if resumed.is_file() else t["steps"]

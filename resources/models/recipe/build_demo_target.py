@@ -140,7 +140,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="synthetic textbook modules to generate (0: standard library only)")
     ap.add_argument("--synthetic-share", type=float, default=0.75,
                     help="share of each batch's rows drawn from the synthetic modules")
+    add_eos_after_text(ap)
     return ap.parse_args(argv)
+
+
+def add_eos_after_text(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--eos-after-text", action="store_true",
+                    help="end each training file with EOS right after its last non-space character (its "
+                         "trailing newlines dropped), so a newline is never followed by EOS and a prompt "
+                         "ending at a line end goes on")
 
 
 # ---------------------------------------------------------------- data
@@ -160,6 +168,10 @@ def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dic
             raise SystemExit(f"{run_dir}: its cached tokenizer is not {tokenizer_from}'s; the token ids would not "
                              "fit that model (start a new --run-dir)")
         meta = json.loads(meta_path.read_text())
+        if meta.get("eos_after_text", False) != getattr(args, "eos_after_text", False):
+            raise SystemExit(f"{run_dir}: its cached token streams were made "
+                             f"{'with' if meta.get('eos_after_text') else 'without'} --eos-after-text; resume "
+                             "with the same setting (or start a new --run-dir)")
         train_ids = np.load(run_dir / "train_tokens.npy")
         held_ids = np.load(run_dir / "heldout_tokens.npy")
         synth = run_dir / "synthetic_tokens.npy"
@@ -181,9 +193,14 @@ def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dic
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     eos = specials[EOS_TOKEN]
 
+    # A file's trailing newline before its EOS taught the demo targets that a bare newline token may
+    # end a text: a prompt ending at a line end (as pasted code does) then stopped at its first
+    # token (p(EOS) 0.55-0.80 after `    assert is_leap_year(2000)` and a newline).
+    trim = getattr(args, "eos_after_text", False)
+
     def stream(docs):
         out = []
-        for enc in tok.encode_batch(docs):
+        for enc in tok.encode_batch([d.rstrip() for d in docs] if trim else docs):
             out.extend(enc.ids)
             out.append(eos)
         return np.asarray(out, dtype=np.int32)
@@ -207,6 +224,7 @@ def prepare_data(args, run_dir: Path, tokenizer_from: Path | None = None) -> dic
         "heldout_tokens": int(len(held_ids)),
         "synthetic_modules": modules,
         "synthetic_tokens": int(len(synth_ids)),
+        "eos_after_text": trim,
         "vocab_size": tok.get_vocab_size(),
         "split": split_of(tok_dir / "tokenizer.json") if tokenizer_from is not None else args.split,
         "special_ids": specials,
