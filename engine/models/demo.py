@@ -19,7 +19,7 @@ DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
 # newline apart from the indentation after it, so the target goes on with an indented body.
 SAMPLE_PROMPT = "def fibonacci(n):\n"
 # The hybrid demo pair starts on a prompt its drafter drafts well: from `import math` and a newline
-# it drafts at tau 10.6 over 96 tokens (block 16), against 2.5 from `def fibonacci(n):` (its target is the
+# it drafts at tau 4.1 over 96 tokens (block 16), against 3.0 from `def fibonacci(n):` (its target is the
 # weaker model, trained for fewer steps; the cards have the figures).
 SAMPLE_PROMPTS = {"demo-hybrid-target": "import math\n"}
 
