@@ -381,6 +381,17 @@ def test_a_one_token_run_shows_no_speed(qtbot, make_window, qwen3_tied_dirs):
     assert w.statusBar().currentMessage() == "dflash: 1 token, max_tokens"
 
 
+def test_a_run_the_target_ends_at_once_says_so_instead_of_a_count(qtbot, make_window, oracle_first_eos_dirs):
+    """EOS as the first token is the target's doing: the status line says it and what to try, not
+    "1 token, eos" beside an empty output."""
+    w = make_window()
+    choose(w, oracle_first_eos_dirs, "hello world", max_tokens=8)
+    run_and_wait(qtbot, w)
+    assert w.current_run.summary.ended_at_once
+    assert w.status_labels["tok/s"].text() == "tok/s: –"
+    assert w.statusBar().currentMessage().startswith("dflash: the target ended at once (EOS first)")
+
+
 def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3_tied_dirs):
     """A run the engine refuses before it starts (prompt plus max tokens past the context) shows its
     error and keeps the last run's output, rounds and figures, instead of clearing them first."""

@@ -183,6 +183,16 @@ def test_bench_warms_up_on_a_prompt_that_drafts(oracle_eos_dirs, oracle_ids, mon
     assert seen == [(ends_at_once, False), (drafts, True)]
 
 
+def test_generate_says_when_the_target_ended_at_its_first_token(oracle_first_eos_dirs, qwen3_tied_dirs, capsys):
+    """One token over no decoding time printed as 21,000 tok/s; the line now says what happened."""
+    assert cli(["generate", *pair_args(oracle_first_eos_dirs), "--prompt", "hello world", "--raw",
+                "--max-tokens", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "the target wrote EOS as its first token" in err and "tok/s" not in err
+    assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "hello world", "--raw", "--max-tokens", "4"]) == 0
+    assert re.search(r"\[dflash: 4 tokens, [0-9.]+ tok/s, tau [0-9.]+, \d+ rounds?", capsys.readouterr().err)
+
+
 def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, tmp_path, capsys):
     """An output that ends at its first token has no rounds: its speedup is no figure, not a ratio
     of two prefills, and both tables name the prompt instead of crashing or ranking it worst."""

@@ -108,6 +108,19 @@ class SummaryEvent:
     mean_round_ms: float | None = None  # a round's wall time, plain steps left out
     type: str = "summary"
 
+    @property
+    def ended_at_once(self) -> bool:
+        """The target's first token (the prefill's) was EOS: nothing was decoded or drafted, and a
+        rate of one token over no time would be no speed."""
+        return self.stop_reason == "eos" and self.num_generated <= 1
+
+
+# What a run that ended at once says, CLI and window alike: that ending is the target's, not DFlash's,
+# and a prompt that ends at a line end can meet it where the target's training files ended so.
+ENDED_AT_ONCE = ("the target wrote EOS as its first token, so there was nothing to decode or draft (a prompt "
+                 "ending where the target's training texts ended, as at a line end, can do this: write on, or "
+                 "end it mid-line)")
+
 
 Event = Union[StartEvent, CalibrationEvent, PrefillEvent, RoundEvent, TextEvent, SummaryEvent]
 EVENT_TYPES = {cls.__dataclass_fields__["type"].default: cls

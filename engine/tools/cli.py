@@ -20,6 +20,7 @@ from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
+from engine.tools.run_summary import summary_line
 from engine.tools.unused_flags import check_bench_kind, say_unused
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
@@ -194,13 +195,7 @@ def cmd_generate(args) -> int:
             "stop_reason": summary.stop_reason,
         }))
     else:
-        rounds = f", {summary.num_rounds} rounds" if summary.num_rounds else ""
-        if summary.num_plain_steps:
-            rounds += f", {summary.num_plain_steps} plain steps"
-        if summary.mean_acceptance_length is not None:  # None when no round drafted (block size 1)
-            rounds = f", tau {summary.mean_acceptance_length:.2f}{rounds}"
-        print(f"\n[{summary.mode}: {summary.num_generated} tokens, {summary.tok_per_s:.1f} tok/s{rounds}, "
-              f"prefill {summary.prefill_s:.3f}s, stop: {summary.stop_reason}]", file=sys.stderr)
+        print("\n" + summary_line(summary), file=sys.stderr)
     return 0
 
 
