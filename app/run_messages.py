@@ -16,7 +16,7 @@ def done_message(s: SummaryEvent, after_ar: bool = False) -> str:
     if s.stop_reason == "cancelled":  # in the prefill or the cost curve's measurement: no token yet
         head = f"{s.mode}: stopped " + (f"after {tokens}" if s.num_generated else "before its first token")
     elif s.ended_at_once:  # no speed to show: say why nothing came, in the words a status bar has room for
-        head = f"{s.mode}: the target ended at once (EOS first): write on, or end the prompt mid-line"
+        head = f"{s.mode}: the target wrote EOS first; write on, or end the prompt mid-line"
     else:
         head = f"{s.mode}: {tokens}, {s.stop_reason}"
     if not s.reused_tokens:

@@ -389,7 +389,7 @@ def test_a_run_the_target_ends_at_once_says_so_instead_of_a_count(qtbot, make_wi
     run_and_wait(qtbot, w)
     assert w.current_run.summary.ended_at_once
     assert w.status_labels["tok/s"].text() == "tok/s: –"
-    assert w.statusBar().currentMessage().startswith("dflash: the target ended at once (EOS first)")
+    assert w.statusBar().currentMessage().startswith("dflash: the target wrote EOS first; write on")
 
 
 def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3_tied_dirs):
