@@ -327,6 +327,19 @@ def test_bench_races_every_method_on_every_prompt(qwen3_tied_dirs, tmp_path, cap
     assert "needs --draft-model" in capsys.readouterr().err
 
 
+def test_a_race_names_prompts_that_ended_at_their_first_token(oracle_first_eos_dirs, tmp_path, capsys):
+    """The race table printed one token over no time as AR's rate (46,511 tok/s); it says "-" and names
+    the prompt, as bench's own table does."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello world"}\n')
+    assert cli(["bench", *pair_args(oracle_first_eos_dirs), "--prompts", str(prompts), "--raw", "--max-tokens", "8",
+                "--methods", "ar,dflash,lookup"]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("hello world"))
+    assert row.split()[2:] == ["-", "-", "-"]
+    assert "1 prompt(s) ended at their first token, so no method drafted" in text
+
+
 def test_a_race_prices_a_difference_by_the_ar_logit_margin_where_it_starts(qwen3_tied_dirs):
     """Where a method's output is not AR's, the race says where, by what AR logit margin, and whether
     that is a floating-point near-tie or a real divergence, as parity does; a method's verdict is its
@@ -534,13 +547,13 @@ def test_a_sampled_race_counts_the_samples_that_differ(capsys):
 
     def row(identical: bool) -> dict:
         return {"prompt": "p", "ar_tok_s": 10.0, "speedup": 1.5, "mean_acceptance_length": 2.0, "identical": identical,
-                "verdict": "samples", "verdict_text": "two samples", "speedup_range": None}
+                "verdict": "samples", "verdict_text": "two samples", "speedup_range": None, "ar_tokens": 8}
 
     def method(rows: list[dict]) -> dict:
         return {"ar_tok_s": 10.0, "dflash_tok_s": 15.0, "speedup": 1.5, "mean_acceptance_length": 2.0,
-                "identical": all(r["identical"] for r in rows), "per_prompt": rows}
+                "identical": all(r["identical"] for r in rows), "per_prompt": rows, "ar_tokens": 24}
 
-    print_race({"temperature": 0.7, "methods": {"ar": method([row(True)] * 3),
+    print_race({"temperature": 0.7, "repeats": 1, "methods": {"ar": method([row(True)] * 3),
                                                  "dflash": method([row(True), row(False), row(True)])}})
     out = capsys.readouterr().out
     assert out.count("every output is a sample") == 1 and "differ from AR's: dflash 1/3" in out

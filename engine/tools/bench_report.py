@@ -23,9 +23,12 @@ def _say_no_rounds(per_prompt: list[dict]) -> None:
 
 
 def _ar_cell(result: dict, row: dict, width: int, overall: bool = False) -> str:
-    """AR tok/s, "-" where each AR run wrote one token (the output ended at its first): one token
-    over a decode of almost no time is no rate (it printed as 20000 tok/s)."""
-    runs = result["repeats"] * (len(result["per_prompt"]) if overall else 1)
+    return ar_cell(row, result["repeats"] * (len(result["per_prompt"]) if overall else 1), width)
+
+
+def ar_cell(row: dict, runs: int, width: int) -> str:
+    """AR tok/s over `runs` AR runs, "-" where each wrote one token (the output ended at its first):
+    one token over a decode of almost no time is no rate (it printed as 20000 tok/s)."""
     return f"{row['ar_tok_s']:{width}.1f}" if row["ar_tokens"] > runs else "-".rjust(width)
 
 
