@@ -108,11 +108,14 @@ def unfinished(run: RunRecord | Comparison, path: str | Path) -> Optional[str]:
     return None
 
 
-def _parity_done(record: dict, dflash_ran: bool) -> ParityDone:
-    """The window's ParityDone from a parity record (engine.tools.trace checked it against the runs)."""
+def _parity_done(record: dict, ar: RunRecord, dflash: Optional[RunRecord]) -> ParityDone:
+    """The window's ParityDone from a parity record (engine.tools.trace checked it against the runs); whether
+    both ended at their first token comes from the runs' summaries (older traces' records do not say)."""
     names = {f.name for f in fields(ParityDone)}
     values = {k: v for k, v in record.items() if k in names}
-    return ParityDone(**{**values, "dflash_tok_s": values.get("dflash_tok_s") or 0.0, "dflash_ran": dflash_ran})
+    at_once = all(r is not None and r.summary is not None and r.summary.ended_at_once for r in (ar, dflash))
+    return ParityDone(**{**values, "dflash_tok_s": values.get("dflash_tok_s") or 0.0, "dflash_ran": dflash is not None,
+                         "ended_at_once": at_once})
 
 
 def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord | Comparison:
@@ -130,5 +133,5 @@ def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecor
     if runs[0].header["schema"] == SCHEMA:
         return records[0]
     dflash = records[1] if len(records) > 1 else None  # engine.tools.trace checked the runs' order
-    parity = _parity_done(trace.parity, dflash is not None) if trace.parity is not None else None
+    parity = _parity_done(trace.parity, records[0], dflash) if trace.parity is not None else None
     return Comparison(records[0], dflash, parity)

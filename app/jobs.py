@@ -126,6 +126,7 @@ class ParityDone:
     round_in_ar_steps: Optional[float] = None  # the tau at which DFlash breaks even
     compared: int = 0  # generated tokens the comparison covers
     dflash_ran: bool = True  # False: Stop ended the AR run and DFlash did not start
+    ended_at_once: bool = False  # the target wrote EOS first in both runs: one token each, no speed to compare
 
 
 @dataclass

@@ -27,6 +27,9 @@ TOK_S = "tok/\u2060s"  # a word joiner: Qt may otherwise wrap the line after the
 def headline(result: ParityDone, temperature: float, dtype: str) -> str:
     """The engine's verdict (as `parity` prints it) at the runs' temperature and logits dtype, then speed.
     A stopped comparison says how far it got and gives no speed: a run cut short has none to compare."""
+    if result.ended_at_once and not result.cancelled:  # one token each over no decoding time: no rate
+        return ("The target wrote EOS as its first token in both runs, so there was nothing to decode and no "
+                "speed to compare: write on, or end the prompt mid-line.")
     if temperature > 0 and (result.compared or not result.cancelled):
         return samples_headline(result, temperature)
     if result.cancelled:
@@ -143,7 +146,8 @@ class ParityView(QWidget):
                 view.set_run(run)
             else:
                 view.refresh()
-            self.labels[name].setText(f"{name} · {len(run.tokens):,} tokens" if run is not None else name)
+            n = len(run.tokens) if run is not None else 0
+            self.labels[name].setText(f"{name} · {n:,} token{'s' if n != 1 else ''}" if run is not None else name)
 
     def show_result(self, result: Optional[ParityDone], ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         """A comparison's verdict, or (None: an opened check that did not finish) what its tokens show."""

@@ -235,6 +235,7 @@ class Worker(QObject):
                 round_in_ar_steps=result.round_in_ar_steps,
                 compared=result.compared,
                 dflash_ran=dflash is not None,
+                ended_at_once=result.ended_at_once,
             ))
         else:
             settings = replace(job.settings, mode=job.mode)

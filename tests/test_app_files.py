@@ -312,3 +312,17 @@ def test_a_trace_opened_from_the_desktop_opens_in_the_window(make_window, qwen3_
         assert "no readable config.json" in w.errors[-1]
     finally:
         app.removeEventFilter(opener)
+
+
+def test_a_parity_trace_of_runs_that_ended_at_once_opens_without_a_speed(qtbot, make_window, oracle_first_eos_dirs,
+                                                                        tmp_path):
+    """A check whose target wrote EOS first, saved by the CLI and opened: no speedup of two one-token runs."""
+    from app.cli import main as cli
+
+    trace = tmp_path / "eos.jsonl"
+    assert cli(["parity", "--target", str(oracle_first_eos_dirs[0]), "--drafter", str(oracle_first_eos_dirs[1]),
+                "--prompt", "hello world", "--raw", "--max-tokens", "8", "--trace", str(trace)]) == 0
+    w = make_window()
+    assert w.open_trace(trace)
+    text = w.parity_view.headline.text()
+    assert text.startswith("The target wrote EOS as its first token in both runs") and "tok/" not in text

@@ -193,6 +193,20 @@ def test_generate_says_when_the_target_ended_at_its_first_token(oracle_first_eos
     assert re.search(r"\[dflash: 4 tokens, [0-9.]+ tok/s, tau [0-9.]+, \d+ rounds?", capsys.readouterr().err)
 
 
+def test_parity_of_a_prompt_the_target_ends_at_once_gives_no_speed(oracle_first_eos_dirs, qwen3_tied_dirs, tmp_path,
+                                                                    capsys):
+    """Two one-token runs printed a speedup (AR 40,501 tok/s against 65,445); the check says why there
+    is no speed instead (test_app_files opens such a trace in the window)."""
+    trace = tmp_path / "eos.jsonl"
+    assert cli(["parity", *pair_args(oracle_first_eos_dirs), "--prompt", "hello world", "--raw", "--max-tokens", "8",
+                "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "ended_at_once: True" in out and "no speed: the target wrote EOS as its first token" in out
+    assert "speedup" not in out and "tok_s" not in out
+    assert cli(["parity", *pair_args(qwen3_tied_dirs), "--prompt", "hello world", "--raw", "--max-tokens", "4"]) == 0
+    assert re.search(r"^speedup: [0-9.]+$", capsys.readouterr().out, re.M)  # a run that decoded keeps its speed
+
+
 def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, tmp_path, capsys):
     """An output that ends at its first token has no rounds: its speedup is no figure, not a ratio
     of two prefills, and both tables name the prompt instead of crashing or ranking it worst."""

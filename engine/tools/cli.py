@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
+from engine.decode.events import ENDED_AT_ONCE
 from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
@@ -204,10 +205,13 @@ def _print_parity(result, as_json: bool) -> None:
     if as_json:
         print(json.dumps(d))
         return
+    rates = ("ar_tok_s", "dflash_tok_s", "speedup") if result.ended_at_once else ()  # no speed (said below)
     for key, value in d.items():
-        if key != "verdict":
+        if key != "verdict" and key not in rates:
             print(f"{key}: {value}")
     print(f"verdict ({result.verdict.kind}): {result.verdict.text}")
+    if result.ended_at_once:
+        print(f"no speed: {ENDED_AT_ONCE}")
 
 
 def cmd_parity(args) -> int:

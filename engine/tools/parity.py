@@ -134,6 +134,11 @@ class ParityResult:
         return self.dflash.tok_per_s / self.ar.tok_per_s if self.ar.tok_per_s else 0.0
 
     @property
+    def ended_at_once(self) -> bool:
+        """Both runs' first token was EOS: nothing decoded, so their rates (one token over no time) mean nothing."""
+        return self.ar.ended_at_once and self.dflash is not None and self.dflash.ended_at_once
+
+    @property
     def round_in_ar_steps(self) -> Optional[float]:
         d = self.dflash  # the real rounds' own time: auto's plain steps are no rounds
         if d is None:
@@ -152,6 +157,7 @@ class ParityResult:
             "temperature": self.temperature,
             "cancelled": self.cancelled,
             "compared": self.compared,
+            "ended_at_once": self.ended_at_once,  # then the rates are one token over no decoding time: no speed
             "ar_tok_s": self.ar.tok_per_s,
             "dflash_tok_s": d.tok_per_s if d is not None else None,
             "speedup": round(self.speedup, 4),
