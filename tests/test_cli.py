@@ -561,7 +561,8 @@ def test_a_sampled_race_counts_the_samples_that_differ(capsys):
 
     def row(identical: bool) -> dict:
         return {"prompt": "p", "ar_tok_s": 10.0, "speedup": 1.5, "mean_acceptance_length": 2.0, "identical": identical,
-                "verdict": "samples", "verdict_text": "two samples", "speedup_range": None, "ar_tokens": 8}
+                "verdict": "samples", "verdict_text": "two samples", "speedup_range": None, "ar_tokens": 8,
+                "rounds": 4}
 
     def method(rows: list[dict]) -> dict:
         return {"ar_tok_s": 10.0, "dflash_tok_s": 15.0, "speedup": 1.5, "mean_acceptance_length": 2.0,

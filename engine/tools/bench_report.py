@@ -14,11 +14,12 @@ def without_rounds(per_prompt: list[dict]) -> list[dict]:
     return [r for r in per_prompt if not decoded(r)]
 
 
-def _say_no_rounds(per_prompt: list[dict]) -> None:
-    """One line naming the prompts whose output ended before DFlash drafted anything (none: nothing)."""
+def say_no_rounds(per_prompt: list[dict], never: str = "DFlash never drafted") -> None:
+    """One line naming the prompts whose output ended before anything was drafted (none: nothing);
+    `never` says who did not draft (a race: no method)."""
     names = [repr(r["prompt"][:30]) for r in without_rounds(per_prompt)]
     if names:
-        print(f"{len(names)} prompt(s) ended at their first token, so DFlash never drafted and they have "
+        print(f"{len(names)} prompt(s) ended at their first token, so {never} and they have "
               f"no speedup: {', '.join(names)}")
 
 
@@ -78,7 +79,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
             f"{row[c]:>14.{1 if c == 'dflash_tok_s' else 3}f}" if row[c] is not None and decoded(row) else "-".rjust(14)
             for c in cols[1:])
             + _range_cell(row))
-    _say_no_rounds(result["per_prompt"])
+    say_no_rounds(result["per_prompt"])
     drafted = [r for r in result["per_prompt"] if r["speedup"] is not None]
     if drafted:
         worst = min(drafted, key=lambda r: r["speedup"])
@@ -153,7 +154,7 @@ def print_block_sizes(result: dict) -> None:
         label = prompt_label(row["prompt"])
         print(label.ljust(32) + _ar_cell(result, row, 10) + "".join(
             f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
-    _say_no_rounds(result["per_prompt"])
+    say_no_rounds(result["per_prompt"])
     print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")
     for n in names:
         o = result["overall"][n]

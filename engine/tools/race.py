@@ -22,7 +22,7 @@ from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
 from engine.tools.bench import check_prompts, figures, mlx_lm_responses, ratio_range, speedup_range, warm_up
-from engine.tools.bench_report import ar_cell, below_ar, prompt_label
+from engine.tools.bench_report import ar_cell, below_ar, decoded, prompt_label, say_no_rounds
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
@@ -249,18 +249,16 @@ def print_race(result: dict) -> None:
     methods = list(result["methods"])
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(m.rjust(20) for m in methods[1:]))
     ar_rows, repeats = result["methods"]["ar"]["per_prompt"], result["repeats"]
-    rows = zip(*[result["methods"][m]["per_prompt"] for m in methods])
-    for cells in list(rows) + [[result["methods"][m] for m in methods]]:
+    rows = list(zip(*[result["methods"][m]["per_prompt"] for m in methods]))  # per prompt: each method's row
+    for cells in rows + [[result["methods"][m] for m in methods]]:
         label = prompt_label(cells[0].get("prompt", "OVERALL"))
         runs = repeats * (1 if "prompt" in cells[0] else len(ar_rows))
         figures = "".join(
             (f"{c['speedup']:.2f}x" + (f" ({c['mean_acceptance_length']:.2f})" if c["mean_acceptance_length"] else "")
              if c["speedup"] is not None else "-").rjust(20) for c in cells[1:])
         print(label.ljust(32) + ar_cell(cells[0], runs, 10) + figures)
-    ended = [repr(r["prompt"][:30]) for r in ar_rows if r["ar_tokens"] <= repeats]
-    if ended:  # as bench says it: the target's EOS came first, so no method had anything to draft
-        print(f"{len(ended)} prompt(s) ended at their first token, so no method drafted and they have no "
-              f"speedup: {', '.join(ended)}")
+    # as bench says it: the prompts where every method's output ended at its first token
+    say_no_rounds([cells[1] for cells in rows if not any(decoded(c) for c in cells[1:])], never="no method drafted")
     print("overall tok/s: " + ", ".join(f"{m} {result['methods'][m]['dflash_tok_s']:.1f}" for m in methods[1:])
           + f" (AR {result['methods']['ar']['ar_tok_s']:.1f})")
     temperature = result.get("temperature") or 0.0
