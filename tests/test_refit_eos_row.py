@@ -123,3 +123,31 @@ def test_refit_refuses_a_target_without_tied_embeddings(tiny_target, tmp_path):
     with pytest.raises(SystemExit, match="not a tied-embedding target"):
         refit(untied, tmp_path)
     assert not (tmp_path / "refit").exists()
+
+
+def test_a_second_fit_reuses_the_hidden_states_of_the_same_target_and_windows(tiny_target, tmp_path, monkeypatch):
+    target, _ = tiny_target
+    first = refit(target, tmp_path, "--ridge", "0.01")
+    calls = []
+    real_gather = refit_eos_row.gather
+    monkeypatch.setattr(refit_eos_row, "gather", lambda *a, **k: calls.append(1) or real_gather(*a, **k))
+    second = tmp_path / "second"
+    refit_eos_row.main(["--target", str(target), "--out", str(second), "--run-dir", str(tmp_path / "run"),
+                        "--windows", "8", "--seq-len", "32", "--synthetic-modules", "20", "--check-modules", "10",
+                        "--ridge", "1.0"])
+    assert calls == []  # every statistic came from the run folder
+    rows = [np.asarray(mx.load(str(d / "model.safetensors"))["model.embed_tokens.weight"]) for d in (target, first, second)]
+    eos = int(json.loads((first / "eos_refit.json").read_text())["eos_id"])
+    # a stronger pull toward the old row moves it less
+    assert 0 < np.linalg.norm(rows[2][eos] - rows[0][eos]) < np.linalg.norm(rows[1][eos] - rows[0][eos])
+
+    other = tmp_path / "other-target"  # other weights: the cached states are not theirs
+    import shutil
+
+    shutil.copytree(target, other)
+    weights = mx.load(str(other / "model.safetensors"))
+    weights = {k: v * 1.01 if k.endswith("mlp.down_proj.weight") else v for k, v in weights.items()}
+    mx.save_safetensors(str(other / "model.safetensors"), weights)
+    refit_eos_row.main(["--target", str(other), "--out", str(tmp_path / "third"), "--run-dir", str(tmp_path / "run"),
+                        "--windows", "8", "--seq-len", "32", "--synthetic-modules", "20", "--check-modules", "10"])
+    assert len(calls) == 3  # fit windows, held-out files, held-out modules

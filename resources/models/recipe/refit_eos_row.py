@@ -21,6 +21,7 @@ distilled from the target keep their acceptance. The card says what moved.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -110,6 +111,28 @@ def eos_loss(stats: dict[str, np.ndarray], e: np.ndarray) -> float:
     z = stats["h"].astype(np.float64) @ e
     label = np.where(stats["is_eos"], z, stats["label"])
     return float(np.mean(np.logaddexp(stats["lse"], z) - label))
+
+
+def stats_key(target: Path, args) -> str:
+    """What the cached hidden states depend on: the target's weights and the windows drawn."""
+    digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()[:16]
+    return json.dumps([digest, args.windows, args.seq_len, args.seed, args.synthetic_share, args.file_start_share,
+                       args.synthetic_modules, args.check_modules])
+
+
+def cached_gather(path: Path, key: str, compute) -> dict[str, np.ndarray]:
+    """Hidden-state statistics kept in the run folder (half an hour of forwards on a 2-core CPU), so a
+    second fit (another --ridge) starts at once; recomputed when the target or the windows differ."""
+    if path.exists():
+        with np.load(path) as saved:
+            if str(saved["key"]) == key:
+                log(f"hidden states: reusing {path}")
+                return {k: saved[k] for k in saved.files if k != "key"}
+    stats = compute()
+    tmp = path.with_name(path.stem + ".partial.npz")
+    np.savez(tmp, key=np.array(key), **stats)
+    tmp.replace(path)
+    return stats
 
 
 def fit_row(stats: dict[str, np.ndarray], e0: np.ndarray, steps: int, ridge: float = 0.0) -> np.ndarray:
@@ -227,20 +250,22 @@ def main(argv=None) -> None:
     starts = file_starts(data["train_ids"], eos)
     batches = (sample_batch(rng, data["train_ids"], 4, args.seq_len, data["synth_ids"], args.synthetic_share,
                             starts, args.file_start_share) for _ in range(args.windows // 4))
-    fit = gather(model, eos, batches, "fit windows", args.windows // 4)
-    e1 = fit_row(fit, e0, args.newton_steps, args.ridge)
-    np.save(run_dir / "eos_row.npy", e1)  # kept if the checks below are stopped
-
     check = [d.rstrip() for d in synthetic_corpus(args.check_modules, args.seed + 1)]
     check_ids = np.asarray([i for enc in tokenizer.encode_batch(check) for i in [*enc.ids, eos]], dtype=np.int32)
+    key = stats_key(target, args)
+    fit = cached_gather(run_dir / "eos_fit_stats.npz", key, lambda: gather(
+        model, eos, batches, "fit windows", args.windows // 4))
+    e1 = fit_row(fit, e0, args.newton_steps, args.ridge)
+    np.save(run_dir / "eos_row.npy", e1)  # kept if the checks below are stopped
+    held = cached_gather(run_dir / "eos_held_stats.npz", key, lambda: gather(
+        model, eos, windows(data["held_ids"], args.seq_len), "held-out files",
+        batch_count(data["held_ids"], args.seq_len)))
+    synth = cached_gather(run_dir / "eos_synth_stats.npz", key, lambda: gather(
+        model, eos, windows(check_ids, args.seq_len), "held-out modules", batch_count(check_ids, args.seq_len)))
     report = {"target": str(target), "eos_id": eos, "windows": args.windows, "seq_len": args.seq_len,
               "ridge": args.ridge, "row_change": round(float(np.linalg.norm(e1 - e0)), 4),
-              "row_norm": round(float(np.linalg.norm(e0)), 4),
-              "fit": moved(fit, e0, e1),
-              "held_out_files": moved(gather(model, eos, windows(data["held_ids"], args.seq_len), "held-out files",
-                                             batch_count(data["held_ids"], args.seq_len)), e0, e1),
-              "held_out_synthetic": moved(gather(model, eos, windows(check_ids, args.seq_len), "held-out modules",
-                                                 batch_count(check_ids, args.seq_len)), e0, e1)}
+              "row_norm": round(float(np.linalg.norm(e0)), 4), "fit": moved(fit, e0, e1),
+              "held_out_files": moved(held, e0, e1), "held_out_synthetic": moved(synth, e0, e1)}
     if args.probe_prompts:
         prompts = [json.loads(line)["prompt"] for line in args.probe_prompts.read_text().splitlines() if line.strip()]
         report["probe_file"], report["probe"] = args.probe_prompts.name, probe(model, tokenizer, prompts, eos, e0, e1)
