@@ -108,7 +108,7 @@ def test_refit_never_writes_over_a_model(tiny_target, tmp_path, capsys):
     assert (target / "model.safetensors").read_bytes() == weights and not any((tmp_path / "taken").iterdir())
 
 
-def test_refit_refuses_a_target_without_tied_embeddings(tiny_target, tmp_path):
+def test_refit_refuses_a_target_whose_eos_row_is_not_one_shared_plain_row(tiny_target, tmp_path):
     import shutil
 
     target, _ = tiny_target
@@ -122,6 +122,15 @@ def test_refit_refuses_a_target_without_tied_embeddings(tiny_target, tmp_path):
     mx.save_safetensors(str(untied / "model.safetensors"), weights)
     with pytest.raises(SystemExit, match="not a tied-embedding target"):
         refit(untied, tmp_path)
+    assert not (tmp_path / "refit").exists()
+
+    quantized = tmp_path / "quantized"
+    shutil.copytree(target, quantized)
+    config = json.loads((quantized / "config.json").read_text())
+    config["quantization"] = {"group_size": 64, "bits": 4}
+    (quantized / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="a quantized target; refit the unquantized one"):
+        refit(quantized, tmp_path)
     assert not (tmp_path / "refit").exists()
 
 

@@ -72,11 +72,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def load_tied_target(folder: Path):
+    """The target through mlx-lm's loader, after checking that its EOS row is one plain row of a
+    table its lm_head shares (a quantized table packs rows with their scales: refit before quantizing)."""
     from mlx_lm.utils import load_model
 
-    model, config = load_model(folder)
-    if not config.get("tie_word_embeddings", False) or not hasattr(model, "model"):
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise SystemExit(f"{folder}: no config.json; give a target model folder")
+    config = json.loads(config_path.read_text())
+    if not config.get("tie_word_embeddings", False):
         raise SystemExit(f"{folder}: not a tied-embedding target; the refit changes the row its lm_head shares")
+    if config.get("quantization") or config.get("quantization_config"):
+        raise SystemExit(f"{folder}: a quantized target; refit the unquantized one, then quantize it")
+    model, config = load_model(folder)
+    if not hasattr(model, "model") or not hasattr(model.model, "embed_tokens"):
+        raise SystemExit(f"{folder}: its model has no model.embed_tokens table to refit")
     return model, config
 
 
