@@ -146,8 +146,8 @@ class ParityView(QWidget):
                 view.set_run(run)
             else:
                 view.refresh()
-            n = len(run.tokens) if run is not None else 0
-            self.labels[name].setText(f"{name} · {n:,} token{'s' if n != 1 else ''}" if run is not None else name)
+            n = len(run.tokens) if run is not None else None
+            self.labels[name].setText(name if n is None else f"{name} · {n:,} token{'s' if n != 1 else ''}")
 
     def show_result(self, result: Optional[ParityDone], ar: RunRecord, dflash: Optional[RunRecord]) -> None:
         """A comparison's verdict, or (None: an opened check that did not finish) what its tokens show."""

@@ -118,7 +118,7 @@ def gather(model, eos: int, batches, what: str = "", total: int = 0) -> dict[str
 
 def eos_loss(stats: dict[str, np.ndarray], e: np.ndarray) -> float:
     """Mean cross-entropy with EOS's logit h . e and every other logit as the target computed it."""
-    z = stats["h"].astype(np.float64) @ e
+    z = np.asarray(stats["h"], dtype=np.float64) @ e  # no copy when the caller cast it already
     label = np.where(stats["is_eos"], z, stats["label"])
     return float(np.mean(np.logaddexp(stats["lse"], z) - label))
 
@@ -149,10 +149,11 @@ def fit_row(stats: dict[str, np.ndarray], e0: np.ndarray, steps: int, ridge: flo
     """Newton's method on the convex cross-entropy in e (plus ridge / 2 * |e - e0|^2), each step
     halved until it lowers the loss; none that does: the minimum."""
     h, lse, is_eos = stats["h"].astype(np.float64), stats["lse"].astype(np.float64), stats["is_eos"]
+    cast = {**stats, "h": h}  # cast once: the objective is evaluated a few times a step
     e0 = e0.astype(np.float64)
 
     def objective(e):
-        return eos_loss(stats, e) + ridge / 2 * float(np.sum((e - e0) ** 2))
+        return eos_loss(cast, e) + ridge / 2 * float(np.sum((e - e0) ** 2))
 
     e, loss, taken = e0.copy(), objective(e0), 0
     for _ in range(steps):
@@ -160,11 +161,17 @@ def fit_row(stats: dict[str, np.ndarray], e0: np.ndarray, steps: int, ridge: flo
         grad = h.T @ (p - is_eos) / len(h) + ridge * (e - e0)
         hess = (h * (p * (1 - p))[:, None]).T @ h / len(h) + (ridge + 1e-8) * np.eye(len(e))
         step, t = np.linalg.solve(hess, grad), 1.0
-        while t >= 1e-6 and not objective(e - t * step) < loss:
+        while t >= 1e-6:
+            candidate = e - t * step
+            new = objective(candidate)
+            if new < loss:
+                break
             t /= 2
-        if t < 1e-6 or loss - objective(e - t * step) < 1e-10:
+        else:
+            break  # no step lowers the loss
+        if loss - new < 1e-10:
             break
-        e, loss, taken = e - t * step, objective(e - t * step), taken + 1
+        e, loss, taken = candidate, new, taken + 1
     log(f"fit: {taken} Newton steps, loss {loss:.5f}")
     return e
 
