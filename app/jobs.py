@@ -118,7 +118,7 @@ class ParityDone:
     identical: bool
     first_divergence: Optional[int]
     margin_at_divergence: Optional[float]
-    speedup: float
+    speedup: Optional[float]  # None: not timed
     ar_tok_s: float
     dflash_tok_s: float
     cancelled: bool  # Stop ended a run: `identical` is over the `compared` tokens both runs wrote
@@ -127,6 +127,7 @@ class ParityDone:
     compared: int = 0  # generated tokens the comparison covers
     dflash_ran: bool = True  # False: Stop ended the AR run and DFlash did not start
     ended_at_once: bool = False  # the target wrote EOS first in both runs: one token each, no speed to compare
+    timed: bool = True  # both runs decoded past their first token (else their rates are no speed)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from app.layout_fit import readable, scrolled
 from app.jobs import ParityDone
 from app.output_view import OutputView
 from app.run_record import RunRecord
+from engine.decode.events import NOT_TIMED
 from engine.tools.parity import IDENTICAL, NEAR_TIE, SAMPLES, parity_verdict
 
 
@@ -43,8 +44,8 @@ def headline(result: ParityDone, temperature: float, dtype: str) -> str:
         verdict = parity_verdict(False, result.first_divergence, result.margin_at_divergence, temperature, dtype).text
         return f"Stopped before the end, but within the {result.compared:,} tokens both runs wrote: {verdict}."
     speed = (f"speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
-             f"DFlash {result.dflash_tok_s:.1f} {TOK_S})")
-    if result.round_in_ar_steps and result.mean_acceptance_length:
+             f"DFlash {result.dflash_tok_s:.1f} {TOK_S})" if result.timed else f"no speed: {NOT_TIMED}")
+    if result.timed and result.round_in_ar_steps and result.mean_acceptance_length:
         speed += (f". A round cost {result.round_in_ar_steps:.2f} AR steps, so DFlash breaks even at "
                   f"tau {result.round_in_ar_steps:.2f}; this run's tau: {result.mean_acceptance_length:.2f}")
     verdict = parity_verdict(result.identical, result.first_divergence, result.margin_at_divergence,
@@ -60,6 +61,8 @@ def samples_headline(result: ParityDone, temperature: float) -> str:
             "not sample for sample")
     if result.cancelled:
         return f"{head}. Stopped before the end ({result.compared:,} tokens compared)."
+    if not result.timed:
+        return f"{head}. No speed: {NOT_TIMED}."
     return (f"{head}. Speedup ×{result.speedup:.2f} (AR {result.ar_tok_s:.1f} {TOK_S}, "
             f"DFlash {result.dflash_tok_s:.1f} {TOK_S}).")
 

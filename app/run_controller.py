@@ -189,6 +189,8 @@ class RunController(QObject):
         else:
             self.job_mode, runs = None, [opened]
         self.runs = {r.mode: r for r in runs}
+        for r in runs:
+            r.replayed = True
         run = runs[-1]
         self.current_run = run
         self.rounds_run = run if run.rounds else None

@@ -20,7 +20,6 @@ BONUS = "bonus"  # the target's token after a fully accepted block
 CORRECTION = "correction"  # the target's token replacing the first rejected draft
 AR = "ar"  # plain autoregressive step
 PLAIN = "plain"  # a DFlash run's plain step: auto skipped the drafter (engine.decode.events.PLAIN)
-MIN_TOKENS_FOR_SPEED = 2  # a run's tok/s is shown once it decoded past the prefill's token
 
 
 @dataclass
@@ -51,6 +50,7 @@ class RunRecord:
         self._text: Optional[str] = ""
         self.spans: list[Span] = []
         self.summary: Optional[SummaryEvent] = None
+        self.replayed = False  # read from a trace: no summary there means the run never finished
         self._aligner = SpanAligner(table)
         # Plot series, grown as events arrive.
         self.tps_t: list[float] = []
@@ -115,9 +115,12 @@ class RunRecord:
     @property
     def tok_per_s(self) -> Optional[float]:
         """The run's speed; None until it has decoded past its first token (that one is the prefill's,
-        and a rate over it alone, thousands of tok/s after a Stop, means nothing)."""
+        and a rate over it alone, thousands of tok/s after a Stop, means nothing), and None for a run
+        read from a trace without its summary (cut short: a rate over its first rounds is no run's)."""
         if self.summary is not None:
-            return self.summary.tok_per_s if self.summary.num_generated >= MIN_TOKENS_FOR_SPEED else None
+            return self.summary.tok_per_s if self.summary.timed else None
+        if self.replayed:
+            return None
         return self.tps_v[-1] if self.tps_v else None
 
     @property

@@ -110,8 +110,10 @@ def _in_range(name: str, value: Any) -> bool:
     return True
 
 
-def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[str]]:
-    """(settings, notice); the notice says what was reset, or is None."""
+def load_settings(path: Optional[Path] = None, move_aside: bool = True) -> tuple[AppSettings, Optional[str]]:
+    """(settings, notice); the notice says what was reset, or is None. A corrupt file is moved aside
+    (never over an earlier one), so the next save does not destroy what it held; with `move_aside`
+    False (a window that never saves, as --screenshot's) it is left where it is."""
     path = path or settings_path()
     defaults = AppSettings()
     try:
@@ -125,8 +127,10 @@ def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[st
         if not isinstance(data, dict):
             raise ValueError("not an object")
     except ValueError:
-        aside = path.with_name(FILE_NAME + ".corrupt")
+        if not move_aside:
+            return defaults, f"the settings file {path} is corrupt; using defaults (the file is left as it is)."
         try:
+            aside = _free_name(path.with_name(FILE_NAME + ".corrupt"))
             os.replace(path, aside)
             where = f" (the old file is now {aside})"
         except OSError:
@@ -150,6 +154,16 @@ def load_settings(path: Optional[Path] = None) -> tuple[AppSettings, Optional[st
     settings.recent_drafters = [v for v in settings.recent_drafters if isinstance(v, str)][:MAX_RECENT]
     notice = f"some settings in {path} were invalid and were reset: {', '.join(bad)}." if bad else None
     return settings, notice
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or the first of path-2, path-3, ... that holds nothing: a copy kept aside is never
+    replaced by a later one."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def save_settings(settings: AppSettings, path: Optional[Path] = None) -> Optional[str]:

@@ -49,7 +49,7 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.persist = persist
         self.settings_file = settings_path()  # saved back where it was read, whatever the env says later
-        self.settings, notice = load_settings(self.settings_file)
+        self.settings, notice = load_settings(self.settings_file, move_aside=persist)
         self.errors: list[str] = []
         self.notices: list[str] = []
         self.error_box: Optional[QMessageBox] = None
@@ -323,7 +323,7 @@ class MainWindow(QMainWindow):
         self.center_tabs.setCurrentWidget(self.parity_view if isinstance(opened, files.Comparison) else self.output)
         missing = files.unfinished(opened, path)
         if missing:
-            self.notify(missing)
+            self.notify(missing, dialog=True)  # its totals are missing: a status-bar line is cut at laptop widths
         else:
             self.statusBar().showMessage(f"replaying {path}")
         return True

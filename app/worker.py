@@ -236,6 +236,7 @@ class Worker(QObject):
                 compared=result.compared,
                 dflash_ran=dflash is not None,
                 ended_at_once=result.ended_at_once,
+                timed=result.timed,
             ))
         else:
             settings = replace(job.settings, mode=job.mode)

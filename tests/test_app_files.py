@@ -77,6 +77,9 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     assert kept.summary is None and 0 < len(kept.rounds) < len(run.rounds)
     assert w2.notices[-1].startswith(f"cut.jsonl ends after {len(kept.rounds)} rounds, without the run's summary")
     assert "did not finish" in w2.notices[-1]
+    assert w2.notice_box.isVisible() and w2.notice_box.text() == w2.notices[-1]  # whole, not cut by the status bar
+    # its first rounds' rate is no run's speed (a live run shows its running rate; a cut file has none)
+    assert kept.tok_per_s is None and w2.status_labels["tok/s"].text() == "tok/s: –"
 
 
 def test_a_trace_of_an_ar_run_leaves_the_dflash_choices_alone(make_window):
@@ -196,6 +199,7 @@ def test_an_unfinished_parity_check_opens_with_both_runs_and_no_verdict(make_win
     assert w.parity_view.headline.text().startswith("This check did not finish, so its file has no verdict: "
                                                     f"identical over the {len(dflash.tokens)} tokens")
     assert w.notices[-1].startswith("cut.jsonl: its DFlash run ends after")
+    assert "×" not in w.status_labels["tok/s"].text()  # no speedup from an unfinished run's first rounds
     assert w.prompt.mode() == "both"
     again = tmp_path / "again.jsonl"
     assert w.export_trace(again) and again.read_text() == cut.read_text()

@@ -230,6 +230,31 @@ def test_a_corrupt_settings_file_is_moved_aside_and_the_window_starts(make_windo
     assert w.prompt.max_tokens.value() == AppSettings().max_tokens
 
 
+def test_a_second_corrupt_settings_file_never_replaces_the_first_ones_copy(make_window):
+    """Each corrupt file is kept under its own name: the first held the user's prompt."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"prompt": "my precious prompt", "max_tokens": ')
+    make_window().close()
+    path.write_text('{"prompt": "second", ')
+    w = make_window()
+    assert path.with_name("settings.json.corrupt").read_text().startswith('{"prompt": "my precious prompt"')
+    second = path.with_name("settings.json.corrupt-2")
+    assert second.read_text() == '{"prompt": "second", '
+    assert str(second) in w.notices[0]
+
+
+def test_a_window_that_never_saves_leaves_a_corrupt_settings_file_where_it_is(make_window):
+    """--screenshot's window (persist=False) writes no settings, so it has no reason to move the file."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"max_tokens": ')
+    w = make_window(persist=False)
+    assert w.notices and "corrupt" in w.notices[0] and "left as it is" in w.notices[0]
+    assert path.read_text() == '{"max_tokens": '
+    assert not path.with_name("settings.json.corrupt").exists()
+
+
 HOSTILE_FIELDS = {
     "seed": 10**30,  # too large for Qt's spin box (it would raise)
     "temperature": float("nan"),

@@ -207,6 +207,32 @@ def test_parity_of_a_prompt_the_target_ends_at_once_gives_no_speed(oracle_first_
     assert re.search(r"^speedup: [0-9.]+$", capsys.readouterr().out, re.M)  # a run that decoded keeps its speed
 
 
+def test_a_run_of_one_token_gives_no_speed_and_says_why(qwen3_tied_dirs, tmp_path, capsys):
+    """--max-tokens 1 printed 8,583 tok/s (generate) and a 2.24x speedup (parity): one token, the
+    prefill's, over almost no time. No rate now, and the reason is the limit, not an EOS."""
+    one = ["--prompt", "hello world", "--raw", "--max-tokens", "1"]
+    assert cli(["generate", *pair_args(qwen3_tied_dirs), *one]) == 0
+    err = capsys.readouterr().err
+    assert "1 token, no speed: only the prefill's token was written" in err and "tok/s" not in err
+    assert "stop: max_tokens" in err and "EOS" not in err
+    assert run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), *one, "--json"])["tok_per_s"] is None
+    trace = tmp_path / "one.jsonl"
+    assert cli(["parity", *pair_args(qwen3_tied_dirs), *one, "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "no speed: only the prefill's token was written" in out and "ended_at_once: False" in out
+    assert "speedup" not in out and "tok_s" not in out
+    parity = run_json(capsys, ["parity", *pair_args(qwen3_tied_dirs), *one, "--json"])
+    assert parity["timed"] is False and parity["speedup"] is None
+    from engine.tools.trace import read_runs
+
+    assert read_runs(trace).parity["speedup"] is None  # the trace reads back (the window opens it)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello world"}\n')
+    for extra in ([], ["--methods", "ar,dflash"], ["--block-sizes", "2,4"]):
+        assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), *one[2:], *extra]) == 2
+        assert "bench times decoding: --max-tokens 1 leaves nothing to time" in capsys.readouterr().err
+
+
 def test_bench_says_which_prompts_ended_before_any_round(oracle_first_eos_dirs, tmp_path, capsys):
     """An output that ends at its first token has no rounds: its speedup is no figure, not a ratio
     of two prefills, and both tables name the prompt instead of crashing or ranking it worst."""

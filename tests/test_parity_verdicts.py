@@ -109,6 +109,18 @@ def test_window_headline_follows_temperature_and_dtype():
     assert run_conditions(RunRecord(start)) == (0.8, "bfloat16")
 
 
+def test_window_headline_of_one_token_runs_gives_no_speed():
+    """Both mode at max tokens 1: the verdict stands, but two rates of one token each are no speedup."""
+    from app.parity_view import headline
+
+    one = _done(identical=True, first_divergence=None, margin_at_divergence=None, timed=False, speedup=None)
+    for temperature in (0.0, 0.7):
+        text = headline(one, temperature, "float32")
+        assert "no speed: only the prefill's token was written" in text.lower() and "×" not in text
+    assert "Speedup ×" in headline(_done(identical=True, first_divergence=None, margin_at_divergence=None), 0.0,
+                                   "float32")
+
+
 def test_window_headline_of_a_stopped_comparison():
     """Stop leaves a shorter run: the headline says how far the comparison got and shows no speed."""
     from app.parity_view import headline, parity_mark

@@ -109,11 +109,23 @@ class SummaryEvent:
     type: str = "summary"
 
     @property
+    def timed(self) -> bool:
+        """Whether the run decoded past its first token (the prefill's): only then is there a decode
+        to time. One token over almost no time read as thousands of tok/s (EOS at once, --max-tokens 1,
+        or a Stop right after the prefill)."""
+        return self.num_generated >= MIN_TOKENS_FOR_SPEED
+
+    @property
     def ended_at_once(self) -> bool:
         """The target's first token (the prefill's) was EOS: nothing was decoded or drafted, and a
         rate of one token over no time would be no speed."""
         return self.stop_reason == "eos" and self.num_generated <= 1
 
+
+# A run has a speed once it decoded past the prefill's token (SummaryEvent.timed); CLI and window alike.
+MIN_TOKENS_FOR_SPEED = 2
+# What a run with one token that did not end at once says instead of a rate.
+NOT_TIMED = "only the prefill's token was written (max tokens 1, or stopped after it), so there was no decoding to time"
 
 # What a run that ended at once says, CLI and window alike: that ending is the target's, not DFlash's,
 # and a prompt that ends at a line end can meet it where the target's training files ended so.

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
-from engine.decode.events import ENDED_AT_ONCE
+from engine.decode.events import ENDED_AT_ONCE, NOT_TIMED
 from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
@@ -188,7 +188,7 @@ def cmd_generate(args) -> int:
             "text": summary.text,
             "mode": summary.mode,
             "num_generated": summary.num_generated,
-            "tok_per_s": summary.tok_per_s,
+            "tok_per_s": summary.tok_per_s if summary.timed else None,  # no decode to time (see summary_line)
             "prefill_s": summary.prefill_s,
             "mean_acceptance_length": summary.mean_acceptance_length,
             "num_rounds": summary.num_rounds,
@@ -205,13 +205,13 @@ def _print_parity(result, as_json: bool) -> None:
     if as_json:
         print(json.dumps(d))
         return
-    rates = ("ar_tok_s", "dflash_tok_s", "speedup") if result.ended_at_once else ()  # no speed (said below)
+    rates = ("ar_tok_s", "dflash_tok_s", "speedup", "round_in_ar_steps") if not result.timed else ()  # said below
     for key, value in d.items():
         if key != "verdict" and key not in rates:
             print(f"{key}: {value}")
     print(f"verdict ({result.verdict.kind}): {result.verdict.text}")
-    if result.ended_at_once:
-        print(f"no speed: {ENDED_AT_ONCE}")
+    if not result.timed:
+        print(f"no speed: {ENDED_AT_ONCE if result.ended_at_once else NOT_TIMED}")
 
 
 def cmd_parity(args) -> int:

@@ -139,6 +139,11 @@ class ParityResult:
         return self.ar.ended_at_once and self.dflash is not None and self.dflash.ended_at_once
 
     @property
+    def timed(self) -> bool:
+        """Both runs decoded past their first token, so their rates and the speedup mean something."""
+        return self.ar.timed and self.dflash is not None and self.dflash.timed
+
+    @property
     def round_in_ar_steps(self) -> Optional[float]:
         d = self.dflash  # the real rounds' own time: auto's plain steps are no rounds
         if d is None:
@@ -160,7 +165,8 @@ class ParityResult:
             "ended_at_once": self.ended_at_once,  # then the rates are one token over no decoding time: no speed
             "ar_tok_s": self.ar.tok_per_s,
             "dflash_tok_s": d.tok_per_s if d is not None else None,
-            "speedup": round(self.speedup, 4),
+            "timed": self.timed,  # False: one run wrote only its first token, and the rates are no speed
+            "speedup": round(self.speedup, 4) if self.timed else None,
             "mean_acceptance_length": d.mean_acceptance_length if d is not None else None,
             "round_in_ar_steps": self.round_in_ar_steps,
             "ar_tokens": self.ar.num_generated,

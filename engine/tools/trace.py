@@ -31,7 +31,7 @@ SCHEMAS = (SCHEMA, RUNS_SCHEMA)
 # verdict itself is recomputed from these, the runs' temperature and their logits dtype when read.
 PARITY_FIELDS = {
     "identical": (bool,), "first_divergence": (int, type(None)), "margin_at_divergence": (float, int, type(None)),
-    "cancelled": (bool,), "compared": (int,), "speedup": (float, int), "ar_tok_s": (float, int),
+    "cancelled": (bool,), "compared": (int,), "speedup": (float, int, type(None)), "ar_tok_s": (float, int),
     "dflash_tok_s": (float, int, type(None)), "mean_acceptance_length": (float, int, type(None)),
     "round_in_ar_steps": (float, int, type(None)),
 }
