@@ -200,18 +200,24 @@ class ModelsPanel(QGroupBox):
             self.target.set_value(folder)
         return role
 
-    def choose_pair_of(self, header: dict) -> None:
-        """An opened trace's pair in the pickers, where its target folder still exists here (a trace made
-        on another machine names folders that do not), so Run runs it again on the pair it was made
-        with; a trace without a drafter (AR) leaves the drafter picker alone."""
-        target, drafter = header.get("target"), header.get("drafter")
-        if not isinstance(target, str) or not Path(target).is_dir():
-            return
-        wanted = [(self.target, target)] + ([(self.drafter, drafter)] if isinstance(drafter, str)
-                                            and Path(drafter).is_dir() else [])
-        for picker, value in wanted:
-            if picker.value() != value:
+    def choose_pair_of(self, header: dict) -> Optional[str]:
+        """An opened trace's pair in the pickers, where its folders still exist here, so Run runs it
+        again on the pair it was made with; a trace without a drafter (AR) leaves the drafter picker
+        alone. Returns what could not be chosen (a folder moved, deleted, or another machine's), since
+        Run would then use the pickers' pair: the user must know it is not the trace's."""
+        missing = []
+        for picker, value in ((self.target, header.get("target")), (self.drafter, header.get("drafter"))):
+            if not isinstance(value, str):
+                continue
+            if not Path(value).is_dir():
+                missing.append(f"{'target' if picker is self.target else 'drafter'} {value}")
+            elif not missing and picker.value() != value:  # never the trace's drafter beside another target
                 picker.set_value(value)
+        if not missing:
+            return None
+        return (f"this trace's {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine "
+                "(moved, deleted, or another machine's): its rounds are shown, but Run would use the pair "
+                "chosen in the Models panel, not the trace's.")
 
     # ---- doctor -----------------------------------------------------------------------------
 

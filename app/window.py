@@ -311,17 +311,17 @@ class MainWindow(QMainWindow):
             self.show_error("Could not open the trace", str(exc))
             return False
         self.controller.show_replay(opened, Path(path))
-        run = self.controller.current_run
+        run, elsewhere = self.controller.current_run, None
         if run.header is not None:
             self.prompt.apply_trace_header(run.header, run.table)
             if isinstance(opened, files.Comparison):  # Run checks the same prompt again, on the same pair
                 self.prompt.set_mode("both")
-            self.models.choose_pair_of(run.header)
+            elsewhere = self.models.choose_pair_of(run.header)
             device = trace_device(run.header)
             if device is not None:
                 self.status_line.show_device(device)
         self.center_tabs.setCurrentWidget(self.parity_view if isinstance(opened, files.Comparison) else self.output)
-        missing = files.unfinished(opened, path)
+        missing = " ".join(m for m in (files.unfinished(opened, path), elsewhere) if m)
         if missing:
             self.notify(missing, dialog=True)  # its totals are missing: a status-bar line is cut at laptop widths
         else:

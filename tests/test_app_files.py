@@ -330,3 +330,38 @@ def test_a_parity_trace_of_runs_that_ended_at_once_opens_without_a_speed(qtbot, 
     assert w.open_trace(trace)
     text = w.parity_view.headline.text()
     assert text.startswith("The target wrote EOS as its first token in both runs") and "tok/" not in text
+
+
+def test_a_trace_of_a_pair_not_on_this_machine_says_run_would_use_another(qtbot, make_window, alternating_dirs,
+                                                                        qwen3_tied_dirs, tmp_path):
+    """The trace's folders deleted (or another machine's): its rounds still replay, but the pickers keep
+    what they hold, and a silent swap would let Run check the prompt on a pair the user did not mean."""
+    w = finished_run(qtbot, make_window, alternating_dirs, block_size=4)
+    path = tmp_path / "run.jsonl"
+    assert w.export_trace(path)
+    lines = path.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["target"], header["drafter"] = str(tmp_path / "gone-target"), str(tmp_path / "gone-drafter")
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+
+    w2 = make_window()
+    choose(w2, qwen3_tied_dirs)
+    assert w2.open_trace(moved) and w2.errors == []
+    assert w2.rounds_run is not None and len(w2.rounds_run.rounds) == len(w.rounds_run.rounds)
+    assert (w2.models.target_value(), w2.models.drafter_value()) == tuple(map(str, qwen3_tied_dirs))
+    notice = w2.notices[-1]
+    assert f"target {tmp_path / 'gone-target'} and drafter {tmp_path / 'gone-drafter'} are not on this machine" \
+        in notice and "Run would use the pair chosen in the Models panel" in notice
+    assert w2.notice_box.isVisible()
+
+    # Only the drafter gone: the trace's target is chosen, the drafter picker left alone, and said so.
+    header["target"] = str(alternating_dirs[0])
+    moved.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    assert w2.open_trace(moved)
+    assert w2.models.target_value() == str(alternating_dirs[0])
+    assert w2.models.drafter_value() == str(qwen3_tied_dirs[1])
+    assert "this trace's drafter" in w2.notices[-1] and "is not on this machine" in w2.notices[-1]
+    # Both here: chosen, nothing said beyond the replay.
+    assert w2.open_trace(path) and len(w2.notices) == 2
+    assert (w2.models.target_value(), w2.models.drafter_value()) == tuple(map(str, alternating_dirs))
