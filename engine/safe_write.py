@@ -79,7 +79,8 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
                           f"change; write {what} elsewhere.")
     for given in inputs:
         if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
-            raise DFlashError(f"{path}: is also this command's input; write {what} to another file.")
+            raise DFlashError(f"{path}: is also what is being read (the open trace, or a command's input); "
+                              f"write {what} to another file.")
     parent = path.parent
     existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 
 import pytest
@@ -275,10 +276,16 @@ def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, 
     err = capsys.readouterr().err
     assert "auto verify length: this machine's cost curve for this pair, measured 18/18" in err
     assert "measured 18/18, done" in err
+    # stderr here is no terminal (a log): whole lines, a few of them, not one line rewritten with \r
+    assert "\r" not in err and 2 <= len(err.splitlines()) <= 4
     assert cli(argv) == 0
     assert "cost curve" not in capsys.readouterr().err  # cached: nothing to say
     assert cli(["parity", *argv[1:-1], "--draft-window", "32", "--json"]) == 0  # another drafter context
     assert "measured 18/18" in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: one line, rewritten as it goes
+    assert cli(["parity", *argv[1:-1], "--draft-window", "16", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\r") >= 2 and err.endswith("measured 18/18, done\n") and err.count("\n") == 1
 
 
 def test_an_unwritable_cache_costs_one_measurement_per_process(qwen3_pair, monkeypatch, tmp_path):

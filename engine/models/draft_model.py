@@ -64,8 +64,8 @@ def check_draft_model_files(path: Path) -> None:
 
     if "dflash_config" in read_config_json(path):
         raise IncompatiblePairError(f"{path}: this is a DFlash drafter, not a draft model; give it as the drafter "
-                                    "(--drafter). A draft model is a small autoregressive model with the "
-                                    "target's tokenizer.")
+                                    "(--drafter, or the window's Drafter picker). A draft model is a small "
+                                    "autoregressive model with the target's tokenizer.")
     check_target_files(path, "draft model")
 
 

@@ -21,6 +21,7 @@ from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
+from engine.tools.curve_progress import measure_cost_curves
 from engine.tools.run_summary import summary_line
 from engine.tools.unused_flags import check_bench_kind, say_unused
 from engine.tools.cli_parser import build_parser
@@ -116,29 +117,6 @@ def _load(args, with_drafter: bool = True):
     return pair
 
 
-def _measure_cost_curves(pair, settings: list) -> None:
-    """A first --block-size auto run measures this machine's cost curve (cached after, per pair, block
-    and draft window): measured here first, with progress on stderr, instead of a silent wait inside
-    the run (seconds on the demo pair, minutes for a large vocabulary on a CPU)."""
-    from engine.decode.cost_curve import cost_curve
-    from engine.decode.speculative import verify_block
-
-    def say(msg: str) -> None:
-        print(f"\r  auto verify length: this machine's cost curve for this pair, {msg}", end="", file=sys.stderr,
-              flush=True)
-
-    if pair.ranks.sharded:  # a sharded run measures its curve on every rank anyway (no cache): not twice
-        return
-    for s in settings:
-        s = s.resolved(pair)
-        if s.mode == "ar" or not s.auto:
-            continue
-        _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say,
-                               sampling=s.sampling)
-        if not cached:
-            print(", done", file=sys.stderr, flush=True)
-
-
 @contextmanager
 def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterator:
     """The --trace writer (None without it, and on ranks other than the root), put in place when the
@@ -173,7 +151,7 @@ def cmd_generate(args) -> int:
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
     with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
-        _measure_cost_curves(pair, [settings])
+        measure_cost_curves(pair, [settings])
         for event in generate(pair, ids, settings):
             if writer:
                 writer.write(event)
@@ -227,7 +205,7 @@ def cmd_parity(args) -> int:
     settings.resolved(pair)  # refused settings are refused before the trace is begun
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
-        _measure_cost_curves(pair, [settings])
+        measure_cost_curves(pair, [settings])
         result = run_parity(pair, ids, settings, on_event=writer.write if writer else lambda e: None)
         if writer:
             writer.write_parity(result.to_dict())
@@ -264,7 +242,7 @@ def cmd_bench(args) -> int:
 
         others = [attach_drafter(pair, d) for d in args.compare_drafter]
     settings = _settings(args, "dflash")
-    _measure_cost_curves(pair, [settings])
+    measure_cost_curves(pair, [settings])
     result = run_bench(pair, prompts, settings, args.repeats, progress, with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:
         print(json.dumps(result))
@@ -286,7 +264,7 @@ def _race(args, pair, prompts, methods, progress) -> int:
     from engine.tools.race import method_settings, print_race, run_race
 
     settings = _settings(args, "dflash")
-    _measure_cost_curves(pair, [method_settings(settings, m) for m in methods if m != "draft-model"])
+    measure_cost_curves(pair, [method_settings(settings, m) for m in methods if m != "draft-model"])
     result = run_race(pair, prompts, settings, methods, args.repeats, progress, with_mlx_lm=args.with_mlx_lm)
     if args.json:
         print(json.dumps(result))
