@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
-from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QPlainTextEdit, QSplitter, QTabWidget
+from PySide6.QtWidgets import (
+    QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit, QSplitter, QTabWidget,
+)
 
 DELAY_MS = 1000
 
@@ -43,7 +45,7 @@ class Autosave(QObject):
 
 
 def _change_signal(w: QObject):
-    if isinstance(w, QPlainTextEdit):
+    if isinstance(w, (QPlainTextEdit, QLineEdit)):
         return w.textChanged
     if isinstance(w, QComboBox):
         return w.currentIndexChanged if not w.isEditable() else w.currentTextChanged

@@ -26,6 +26,7 @@ from app import theme
 from app.jobs import MethodDone, RaceDone
 from app.parity_view import run_conditions
 from app.run_record import RunRecord
+from app.settings import AppSettings, DEFAULT_RACE_METHODS
 
 METHOD_TIPS = {
     "ar": "plain autoregressive decoding: the reference, always run first",
@@ -39,7 +40,6 @@ METHOD_TIPS = {
     "draft-model": "classic speculation: a small autoregressive model with the target's tokenizer drafts "
                    "a few tokens one by one",
 }
-DEFAULT_METHODS = ("ar", "dflash", "lookup", "dflash+lookup")
 COLUMNS = ("method", "tok/s", "speedup", "τ", "tokens", "vs AR")
 COLUMN_TIPS = ("the method (select a row: its rounds, output and plots are shown)",
                "generated tokens over decode time (prefill excluded)",
@@ -84,7 +84,7 @@ class RaceView(QWidget):
         for i, method in enumerate(METHODS):
             box = QCheckBox(theme.METHOD_LABEL[method])
             box.setToolTip(METHOD_TIPS[method])
-            box.setChecked(method in DEFAULT_METHODS)
+            box.setChecked(method in DEFAULT_RACE_METHODS)
             self.boxes[method] = box
             ticks.addWidget(box, i // 3, i % 3)
         self.boxes["ar"].setEnabled(False)  # the reference: always run
@@ -161,6 +161,17 @@ class RaceView(QWidget):
     def set_methods(self, methods: list[str]) -> None:
         for method, box in self.boxes.items():
             box.setChecked(method == "ar" or method in methods)
+
+    def apply(self, s: AppSettings) -> None:
+        """The ticks, draft model and draft count the last session left."""
+        self.set_methods(s.race_methods)
+        self.draft_model.setText(s.race_draft_model)
+        self.num_draft.setValue(s.race_num_draft)
+
+    def store(self, s: AppSettings) -> None:
+        s.race_methods = self.methods()
+        s.race_draft_model = self.draft_model.text().strip()
+        s.race_num_draft = self.num_draft.value()
 
     def draft_model_value(self) -> Optional[str]:
         text = self.draft_model.text().strip()

@@ -19,11 +19,13 @@ from engine.errors import DFlashError
 from engine.safe_write import write_atomic
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
-    AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MODES,
+    AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_NUM_DRAFT, MAX_TEMPERATURE,
+    MAX_TOKENS_LIMIT, MODES, NUM_DRAFT,
 )
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
+DEFAULT_RACE_METHODS = ("ar", "dflash", "lookup", "dflash+lookup")  # the Race tab's ticks on a first launch
 # 2: auto verify length became the default. A file written before held block_auto = false because
 # that was the default, not because its user chose it, so it is read as the new default.
 SCHEMA = 2
@@ -52,6 +54,9 @@ class AppSettings:
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
     splitters: dict = field(default_factory=dict)  # name -> base64 of QSplitter.saveState()
     center_tab: int = 0
+    race_methods: list = field(default_factory=lambda: list(DEFAULT_RACE_METHODS))  # the Race tab's ticks
+    race_draft_model: str = ""
+    race_num_draft: int = NUM_DRAFT
     schema: int = SCHEMA
 
     def remember(self, target: str, drafter: Optional[str]) -> None:
@@ -91,6 +96,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "draft_window": (0, MAX_DRAFT_CONTEXT),
     "draft_sink": (0, MAX_DRAFT_CONTEXT),
     "center_tab": (0, 16),
+    "race_num_draft": (1, MAX_NUM_DRAFT),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "prompt_format": tuple(PROMPT_FORMATS),
@@ -152,6 +158,7 @@ def load_settings(path: Optional[Path] = None, move_aside: bool = True) -> tuple
     settings = AppSettings(**values)
     settings.recent_targets = [v for v in settings.recent_targets if isinstance(v, str)][:MAX_RECENT]
     settings.recent_drafters = [v for v in settings.recent_drafters if isinstance(v, str)][:MAX_RECENT]
+    settings.race_methods = [v for v in settings.race_methods if isinstance(v, str)]  # the tab ignores unknown ones
     notice = f"some settings in {path} were invalid and were reset: {', '.join(bad)}." if bad else None
     return settings, notice
 

@@ -65,7 +65,8 @@ class MainWindow(QMainWindow):
             self._apply_settings()
             self.autosave = Autosave(self.save_settings, self, enabled=persist)  # not only on close
             self.autosave.watch(self.main_split, self.center_split, self.center_tabs,
-                                *self.prompt.findChildren(QWidget))  # its editor, boxes and buttons
+                                *self.prompt.findChildren(QWidget),  # its editor, boxes and buttons
+                                *self.race_view.findChildren(QWidget))
             self.models.selection_changed.connect(self.autosave.changed)
         except BaseException:
             self.controller.shutdown()  # never leave a running QThread behind (Qt aborts the process)
@@ -153,6 +154,7 @@ class MainWindow(QMainWindow):
         self.models.target.set_value(target)
         self.models.drafter.set_value(drafter)
         self.prompt.apply(s)
+        self.race_view.apply(s)
         self.prompt.set_prompt(sample_prompt(target) if s.prompt is None else s.prompt, undoable=False)
         screen_fit.place(self, s.window_geometry)  # fits the screen on a first launch, clamped after
         self.columns.fit(self.width(), self.height())  # sizes both splitters
@@ -165,6 +167,7 @@ class MainWindow(QMainWindow):
         s.target = self.models.target_value()
         s.drafter = self.models.drafter_value() or ""
         self.prompt.store(s)
+        self.race_view.store(s)
         s.window_geometry = bytes(self.saveGeometry().toBase64().data()).decode()
         s.splitters = {**s.splitters, **splitter_states(self.columns.splits())}  # the other arrangement's kept
         s.center_tab = self.center_tabs.currentIndex()

@@ -360,6 +360,33 @@ def test_settings_are_saved_when_they_change_not_only_on_close(qtbot, make_windo
     assert writes == ["typed, then a crash"]
 
 
+def test_the_race_tabs_choices_are_kept_across_launches(qtbot, make_window):
+    """The ticked methods, the draft model and its draft count were lost at every launch; they are saved
+    as they change, like the prompt panel's settings, and a file naming a method no more known still loads."""
+    w = make_window()
+    qtbot.waitUntil(lambda: w.hf_scan_done and not w.autosave.timer.isActive())
+    assert w.race_view.methods() == ["ar", "dflash", "lookup", "dflash+lookup"]  # a first launch's
+    w.race_view.set_methods(["dflash", "draft-model"])
+    w.race_view.draft_model.setText("/models/my-draft")
+    w.race_view.num_draft.setValue(5)
+    qtbot.waitUntil(lambda: saved().get("race_num_draft") == 5, timeout=5000)
+    assert saved()["race_methods"] == ["ar", "dflash", "draft-model"]
+    assert saved()["race_draft_model"] == "/models/my-draft" and w.isVisible()
+    w.close()
+    w2 = make_window()
+    r = w2.race_view
+    assert r.methods() == ["ar", "dflash", "draft-model"] and r.draft_model_value() == "/models/my-draft"
+    assert r.num_draft.value() == 5 and r.num_draft.isEnabled()
+    w2.close()
+    data = saved()
+    data.update(race_methods=["dflash", "medusa", 7], race_num_draft=10**6)
+    settings_path().write_text(json.dumps(data))
+    settings, notice = load_settings()
+    assert settings.race_methods == ["dflash", "medusa"] and "race_num_draft" in notice
+    w3 = make_window()
+    assert w3.race_view.methods() == ["ar", "dflash"] and w3.race_view.num_draft.value() == AppSettings().race_num_draft
+
+
 def test_a_screenshot_window_never_writes_settings(qtbot, make_window):
     w = make_window(persist=False)
     w.prompt.set_prompt("not to be kept")

@@ -96,8 +96,11 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
     if result["round_in_ar_steps"]:
         steps = result["round_in_ar_steps"]
         print(f"a DFlash round costs {steps:.2f} AR steps: break-even at tau {steps:.2f}, 2x at tau {2 * steps:.2f}")
-        shares = " ".join(f"{a:.2f}" for a in result["acceptance_by_position"])
-        print(f"accepted by block position (1..): {shares}")
+        shares = result["acceptance_by_position"]
+        block = result.get("block_size") or len(shares) + 1
+        past = (f"; positions past the drafter's block of {block} ({block}..{len(shares)}) are copies of the context "
+                "(lookup) verified longer" if len(shares) >= block else "")
+        print(f"accepted by position of a round's drafts (1..): {' '.join(f'{a:.2f}' for a in shares)}{past}")
     if len(result.get("by_depth", [])) > 1:
         print_by_depth(result["by_depth"])
     if "distributed" in result:

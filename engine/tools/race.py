@@ -247,6 +247,7 @@ def method_verdict(per_prompt: list[dict]) -> str:
 def print_race(result: dict) -> None:
     """Per prompt and overall: each method's speedup against AR (tau), and whether it was AR's output."""
     methods = list(result["methods"])
+    print("each method's speedup against AR, and its tau (mean tokens a round, the bonus counted) in brackets")
     print("prompt".ljust(32) + "AR tok/s".rjust(10) + "".join(m.rjust(20) for m in methods[1:]))
     ar_rows, repeats = result["methods"]["ar"]["per_prompt"], result["repeats"]
     rows = list(zip(*[result["methods"][m]["per_prompt"] for m in methods]))  # per prompt: each method's row
