@@ -56,6 +56,13 @@ def test_prompt_file(qwen3_tied_dirs, tmp_path, capsys):
     c = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt-file", str(f), "--raw",
                           "--max-tokens", "4", "--json"])
     assert c["prompt_token_ids"] == b["prompt_token_ids"]
+    f.write_bytes(PROMPTS[2].encode("utf-16"))  # Windows' "Unicode": UTF-16 with its byte-order mark
+    d = run_json(capsys, ["generate", *pair_args(qwen3_tied_dirs), "--prompt-file", str(f), "--raw",
+                          "--max-tokens", "4", "--json"])
+    assert d["prompt_token_ids"] == b["prompt_token_ids"]
+    f.write_bytes(PROMPTS[2].encode("utf-16-le"))  # without its mark it read as UTF-8: 124 junk tokens
+    assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt-file", str(f), "--raw", "--max-tokens", "4"]) == 2
+    assert "holds NUL characters" in capsys.readouterr().err
 
 
 def test_bench_tables_cut_prompts_between_characters_not_inside_escapes():
@@ -599,3 +606,13 @@ def test_a_sampled_race_counts_the_samples_that_differ(capsys):
     out = capsys.readouterr().out
     assert out.count("every output is a sample") == 1 and "differ from AR's: dflash 1/3" in out
     assert "two samples" not in out and "identical to AR" not in out
+
+
+def test_an_empty_list_of_block_sizes_or_methods_is_refused_not_dropped(qwen3_tied_dirs, tmp_path, capsys):
+    """`--block-sizes ''` ran a plain bench instead, with no word (while '4,,8' was refused)."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello world"}\n')
+    for flag, words in (("--block-sizes", "is not a whole number"), ("--methods", "unknown method")):
+        assert cli(["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), flag, ""]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "OVERALL" not in err

@@ -116,11 +116,27 @@ def test_training_numbers_are_checked_first(qwen3_tied_dirs, corpus_dir, tmp_pat
     assert not out.exists()
 
 
+def test_training_never_writes_into_the_bundled_demo_models(qwen3_tied_dirs, corpus_dir, tmp_path, capsys,
+                                                             monkeypatch):
+    """The demo drafters say train-drafter made them, so --force replaced the app's own copy."""
+    bundled = tmp_path / "resources" / "models"
+    shutil.copytree(qwen3_tied_dirs[1], bundled / "demo-drafter")
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(bundled))
+    for out in (bundled / "demo-drafter", bundled / "mine", bundled):
+        line = _refused(_train(qwen3_tied_dirs[0], corpus_dir, out, "--force"), capsys, bundled / "demo-drafter")
+        assert "bundled demo models" in line
+    assert not (bundled / "mine").exists()
+
+
 def test_training_never_writes_over_a_model_it_did_not_make(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     target, drafter = qwen3_tied_dirs
     line = _refused(_train(target, corpus_dir, target), capsys, target)
     assert "own folder" in line
     _refused(_train(target, corpus_dir, target, "--force"), capsys, target)  # the target: not even with --force
+    inside = target / "sub"  # it wrote a drafter and its checkpoints into the target's folder
+    assert "inside the --target model's folder" in _refused(_train(target, corpus_dir, inside, "--force"), capsys,
+                                                            target)
+    assert not inside.exists()
     copy = tmp_path / "someone-elses-drafter"
     shutil.copytree(drafter, copy)
     assert "--force" in _refused(_train(target, corpus_dir, copy), capsys, copy)

@@ -158,14 +158,16 @@ def print_block_sizes(result: dict) -> None:
         print(label.ljust(32) + _ar_cell(result, row, 10) + "".join(
             f"{row['speedup'][n]:10.2f}" if row["speedup"][n] is not None else "-".rjust(10) for n in names))
     say_no_rounds(result["per_prompt"])
-    print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  identical to AR")
+    sampled = (result.get("temperature") or 0.0) > 0  # outputs are samples: compared in distribution, not here
+    print(f"\n{'block size':>12}{'speedup':>10}{'predicted':>11}{'error':>9}{'tau':>8}  "
+          + ("(samples at T > 0: not compared token by token)" if sampled else "identical to AR"))
     for n in names:
         o = result["overall"][n]
         pred = f"{o['predicted_speedup']:11.2f}" if o["predicted_speedup"] else "-".rjust(11)
         err = f"{o['error']:+9.1%}" if o["error"] is not None else "-".rjust(9)
         tau = f"{o['tau']:8.2f}" if o["tau"] else "-".rjust(8)
         speedup = f"{o['speedup']:10.2f}" if o["speedup"] is not None else "-".rjust(10)
-        print(f"{n:>12}{speedup}{pred}{err}{tau}  {o['identical']}")
+        print(f"{n:>12}{speedup}{pred}{err}{tau}" + ("" if sampled else f"  {o['identical']}"))
     if result["advice"]:
         best = result["advice"]["best"]
         print(f"predicted from the block-{result['advisor_source']} runs and this machine's cost curve; "

@@ -94,7 +94,7 @@ def _prompt_text(args) -> str:
     from engine.tools.textfiles import read_text
 
     if args.prompt_file:
-        return read_text(args.prompt_file, "the prompt file")
+        return read_text(args.prompt_file, "the prompt file", no_nul=True)
     if args.prompt is not None:
         return args.prompt
     raise DFlashError("no prompt: give --prompt TEXT or --prompt-file FILE.")
@@ -220,12 +220,12 @@ def cmd_bench(args) -> int:
     check_bench_kind(args)
     texts = load_prompts(args.prompts)
     sizes = methods = None
-    if args.methods:
+    if args.methods is not None:
         from engine.tools.race import parse_methods
 
         methods = parse_methods(args.methods)  # before loading: a typo costs nothing
     say_unused(args, set(methods) if methods else {"ar", "dflash"}, race=bool(methods))
-    if args.block_sizes:
+    if args.block_sizes is not None:  # '' is a typo to say, not a plain bench to run instead
         from engine.tools.bench_sizes import parse_sizes
 
         sizes = parse_sizes(args.block_sizes)  # before loading: a typo costs nothing

@@ -13,9 +13,10 @@ SAMPLING = DEFAULTS.sampling
 
 
 def _add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
-    p.add_argument("--target", help="target model: folder or Hugging Face id (default: the demo pair)")
+    p.add_argument("--target", help="target model: folder or Hugging Face id (default: the demo pair's)")
     if drafter:
-        p.add_argument("--drafter", help="DFlash drafter: folder or Hugging Face id (default: the demo pair)")
+        p.add_argument("--drafter", help="DFlash drafter: folder or Hugging Face id (default: the demo pair's, "
+                                         "when --target is left out too)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -26,7 +27,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--raw", action="store_true", help="encode the prompt as plain text, as mlx-lm does")
     fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
-    p.add_argument("--thinking", choices=["on", "off"], help="thinking mode, for chat templates that have one")
+    p.add_argument("--thinking", choices=["on", "off"],
+                   help="thinking mode, for chat templates that have one (default, as mlx-lm's: on where the "
+                        "tokenizer has thinking tokens such as <think>, else off)")
     _add_max_tokens(p)
     _add_sampling_args(p)
     _add_block_and_rollback(p)
@@ -44,7 +47,9 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
     p.add_argument("--top-k", type=int, default=SAMPLING.top_k)
     p.add_argument("--min-p", type=float, default=SAMPLING.min_p)
-    p.add_argument("--seed", type=int, default=SAMPLING.seed)
+    p.add_argument("--seed", type=int, default=SAMPLING.seed,
+                   help=f"random seed at temperature > 0 (default {SAMPLING.seed}: the same sample every run; "
+                        "another seed draws another)")
 
 
 def _block_size(text: str):

@@ -152,24 +152,34 @@ def ours_checkpoint(folder: Path) -> bool:
 
 
 def _check_out(args: argparse.Namespace) -> None:
-    """--out must be a folder we may write a drafter into: never the target's or --init's own folder,
-    never a file, and never a folder holding a model (one train-drafter made and finished included)
-    unless --force, or --resume for its own run."""
+    """--out must be a folder we may write a drafter into: never the target's or --init's own folder
+    or one inside it, never among the app's bundled demo models, never a file, and never a folder
+    holding a model (one train-drafter made and finished included) unless --force, or --resume for
+    its own run."""
+    from engine.models.demo import models_dir
     from engine.models.paths import resolve_model_path
     from engine.training.trainer import CHECKPOINT_NAMES, MADE_BY_FILE
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DFlashError(f"--out {out} is a file; give a folder for the drafter.")
+    where = out.resolve()
     for flag, given in (("--target", args.target), ("--init", args.init)):
         if given is None:
             continue
         try:
-            folder = resolve_model_path(given, download=False)
+            folder = resolve_model_path(given, download=False).resolve()
         except DFlashError:
             continue  # not local: it cannot be --out either
-        if out.exists() and out.resolve() == folder.resolve():
+        if where == folder:
             raise DFlashError(f"--out {out} is the {flag} model's own folder; write the drafter elsewhere.")
+        if folder in where.parents:
+            raise DFlashError(f"--out {out} is inside the {flag} model's folder {folder}; write the drafter "
+                              "elsewhere (a model's folder holds its own files only).")
+    bundled = models_dir().resolve()
+    if where == bundled or bundled in where.parents:
+        raise DFlashError(f"--out {out} is among the app's bundled demo models ({bundled}), which updates replace; "
+                          "write the drafter elsewhere (the demos' recipes in resources/models/recipe rebuild them).")
     ours = (out / MADE_BY_FILE).is_file() or any(ours_checkpoint(out / name) for name in CHECKPOINT_NAMES)
     holds_model = any((out / name).exists() for name in ("config.json", "model.safetensors")) or \
         any(out.glob("*.safetensors"))
