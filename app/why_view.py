@@ -22,11 +22,12 @@ from engine.decode.calibration import calibration
 from engine.decode.depth_stats import DepthStats, round_times, step_times
 from engine.decode.events import TextEvent
 from app import theme
-from app.layout_fit import readable, scrolled
+from app.layout_fit import PLOTS_SLACK, plots_min_width, readable, scrolled
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 
 WHY_PLOTS_HEIGHT = 300  # two rows of plots, readable (the page scrolls below it)
+LEGEND_HEADROOM = 0.45  # cost by depth: y range this share of the span above the top point (room for the legend)
 
 
 def mean_style(colour: str) -> dict:
@@ -105,6 +106,9 @@ class WhyView(QWidget):
         self.depth_ar_mean = self.p_depth_cost.plot(**mean_style(theme.PLOT_AR), name="AR step, mean")
 
         readable(self.plots, WHY_PLOTS_HEIGHT)
+        # never narrower than its grid can be read at (a narrow centre column clipped the third plot's title
+        # and the legend on the right): the page scrolls across instead
+        self.plots.setMinimumWidth(plots_min_width(self.plots) - PLOTS_SLACK)
         lay = QVBoxLayout(scrolled(self))
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
@@ -146,6 +150,13 @@ class WhyView(QWidget):
         self.depth_cost_mean.setData([m for m, _ in with_cost], [c for _, c in with_cost])
         with_ar = [(b.ar_depth, 1000.0 / b.ar_tok_s) for b in rows if b.ar_tok_s]
         self.depth_ar_mean.setData([m for m, _ in with_ar], [c for _, c in with_ar])
+        costs = [1000.0 * s for _, s in times] + [c for _, c in with_ar]
+        if costs:  # headroom above the highest point for the legend's row, so it hides none of them
+            low, high = min(costs), max(costs)
+            span = max(high - low, 0.1 * high, 1e-3)
+            self.p_depth_cost.setYRange(max(low - 0.05 * span, 0.0), high + LEGEND_HEADROOM * span, padding=0)
+        else:
+            self.p_depth_cost.enableAutoRange(axis="y")
 
     def show_advice(self, curve: dict, advice: Optional[dict], current: Optional[int], note: str = "") -> None:
         lengths = np.arange(1, len(curve["verify_ms"]) + 1, dtype=float)

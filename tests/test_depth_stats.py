@@ -89,5 +89,11 @@ def test_the_why_tab_plots_acceptance_and_cost_by_depth(qtbot, qwen3_pair):
         assert mean.opts["symbol"] is not None
     legend = view.p_depth_cost.legend  # the cost plot says which colour is a round and which an AR step
     assert [label.text for _, label in legend.items] == ["a round", "round, mean", "AR step, mean"]
+    # the legend's row sits above the highest point, not on it (it hid the top of the plot)
+    costs = list(view.depth_cost_dots.getData()[1]) + list(view.depth_ar_mean.getData()[1])
+    low, high = view.p_depth_cost.viewRange()[1]
+    assert high >= max(costs) + 0.4 * (max(costs) - min(costs)) and low <= min(costs)
+    # the grid never squeezes below its readable width (a narrow centre column clipped its right plot)
+    assert view.plots.minimumWidth() >= 3 * 150
     view.update_run(None)
     assert len(view.depth_acc_dots.getData()[0] or []) == 0
