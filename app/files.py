@@ -110,12 +110,15 @@ def unfinished(run: RunRecord | Comparison, path: str | Path) -> Optional[str]:
 
 def _parity_done(record: dict, ar: RunRecord, dflash: Optional[RunRecord]) -> ParityDone:
     """The window's ParityDone from a parity record (engine.tools.trace checked it against the runs); whether
-    both ended at their first token comes from the runs' summaries (older traces' records do not say)."""
+    both ended at their first token, and whether both were timed, come from the runs' summaries (older
+    traces' records do not say, and a record of one-token runs has no speedup)."""
     names = {f.name for f in fields(ParityDone)}
     values = {k: v for k, v in record.items() if k in names}
     at_once = all(r is not None and r.summary is not None and r.summary.ended_at_once for r in (ar, dflash))
+    timed = values.get("speedup") is not None and all(r is not None and r.summary is not None and r.summary.timed
+                                                      for r in (ar, dflash))
     return ParityDone(**{**values, "dflash_tok_s": values.get("dflash_tok_s") or 0.0, "dflash_ran": dflash is not None,
-                         "ended_at_once": at_once})
+                         "ended_at_once": at_once, "timed": timed})
 
 
 def open_trace(path: str | Path, table: Optional[TokenTable] = None) -> RunRecord | Comparison:

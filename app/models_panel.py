@@ -210,7 +210,8 @@ class ModelsPanel(QGroupBox):
             if not isinstance(value, str):
                 continue
             if not Path(value).is_dir():
-                missing.append(f"{'target' if picker is self.target else 'drafter'} {value}")
+                relative = "" if Path(value).is_absolute() else " (a path relative to the folder the trace was made in)"
+                missing.append(f"{'target' if picker is self.target else 'drafter'} {value}{relative}")
             elif not missing and picker.value() != value:  # never the trace's drafter beside another target
                 picker.set_value(value)
         if not missing:

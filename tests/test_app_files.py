@@ -332,6 +332,15 @@ def test_a_parity_trace_of_runs_that_ended_at_once_opens_without_a_speed(qtbot, 
     assert text.startswith("The target wrote EOS as its first token in both runs") and "tok/" not in text
 
 
+def test_a_parity_trace_of_one_token_runs_opens_without_a_speed(qtbot, make_window, qwen3_tied_dirs, tmp_path):
+    """`parity --max-tokens 1` records no speedup (null): the window formatted it and crashed on opening."""
+    trace = parity_trace(qwen3_tied_dirs, tmp_path / "one.jsonl", "--max-tokens", "1")
+    w = make_window()
+    assert w.open_trace(trace) and w.errors == []
+    text = w.parity_view.headline.text()
+    assert "no speed: only the prefill's token was written" in text.lower() and "×" not in text
+
+
 def test_a_trace_of_a_pair_not_on_this_machine_says_run_would_use_another(qtbot, make_window, alternating_dirs,
                                                                         qwen3_tied_dirs, tmp_path):
     """The trace's folders deleted (or another machine's): its rounds still replay, but the pickers keep

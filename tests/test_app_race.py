@@ -190,6 +190,12 @@ def test_a_bad_draft_model_gives_the_engine_line_before_anything_runs(qtbot, mak
     view.set_methods(["ar"])
     w.start_race()
     assert not w.busy and "tick a method besides AR" in w.errors[-1]
+    # One token to write: the first is the prefill's, so a race would time nothing (it showed 9,000 tok/s).
+    view.set_methods(["ar", "dflash"])
+    w.prompt.max_tokens.setValue(1)
+    w.start_race()
+    assert not w.busy and "leaves nothing to time" in w.errors[-1]
+    w.prompt.max_tokens.setValue(8)
     # Unticked draft-model with no model named: the window says so itself, nothing is submitted.
     view.set_methods(["ar", "draft-model"])
     view.draft_model.setText("")
@@ -199,4 +205,4 @@ def test_a_bad_draft_model_gives_the_engine_line_before_anything_runs(qtbot, mak
     view.set_methods(["ar", "dflash"])
     assert not view.draft_model.isEnabled()
     race_and_wait(qtbot, w)
-    assert len(w.errors) == 3 and view.cell("dflash", "vs AR") == "✓ identical"
+    assert len(w.errors) == 4 and view.cell("dflash", "vs AR") == "✓ identical"

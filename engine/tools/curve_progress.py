@@ -35,4 +35,4 @@ def measure_cost_curves(pair, settings: list) -> None:
         _, cached = cost_curve(pair, block=verify_block(s), window=s.draft_window, sink=s.draft_sink, progress=say,
                                sampling=s.sampling)
         if not cached:
-            print(", done" if live else f"{PREFIX}{last[0]}, done", file=sys.stderr, flush=True)
+            print(", done" if live else f"{PREFIX}{last[0] or 'measured'}, done", file=sys.stderr, flush=True)

@@ -151,6 +151,16 @@ def ours_checkpoint(folder: Path) -> bool:
     return own and ("state.json" in names or folder.name.endswith((".tmp", ".old")))
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    """One folder, also where the names differ only in case on a case-insensitive disk (macOS' default)."""
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _check_out(args: argparse.Namespace) -> None:
     """--out must be a folder we may write a drafter into: never the target's or --init's own folder
     or one inside it, never among the app's bundled demo models, never a file, and never a folder
@@ -171,13 +181,13 @@ def _check_out(args: argparse.Namespace) -> None:
             folder = resolve_model_path(given, download=False).resolve()
         except DFlashError:
             continue  # not local: it cannot be --out either
-        if where == folder:
+        if _same_folder(where, folder):
             raise DFlashError(f"--out {out} is the {flag} model's own folder; write the drafter elsewhere.")
-        if folder in where.parents:
+        if any(_same_folder(p, folder) for p in where.parents):
             raise DFlashError(f"--out {out} is inside the {flag} model's folder {folder}; write the drafter "
                               "elsewhere (a model's folder holds its own files only).")
     bundled = models_dir().resolve()
-    if where == bundled or bundled in where.parents:
+    if any(_same_folder(p, bundled) for p in (where, *where.parents)):
         raise DFlashError(f"--out {out} is among the app's bundled demo models ({bundled}), which updates replace; "
                           "write the drafter elsewhere (the demos' recipes in resources/models/recipe rebuild them).")
     ours = (out / MADE_BY_FILE).is_file() or any(ours_checkpoint(out / name) for name in CHECKPOINT_NAMES)
