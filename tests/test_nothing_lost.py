@@ -106,6 +106,8 @@ BAD_TRAIN_NUMBERS = {
     "lr nan": ["--lr", "nan"], "lr inf": ["--lr", "inf"], "lr 0": ["--lr", "0"], "lr negative": ["--lr", "-1"],
     "steps 0": ["--steps", "0"], "batch 0": ["--batch", "0"], "seq-len 1": ["--seq-len", "1"],
     "anchors 0": ["--anchors", "0"], "block size 1": ["--block-size", "1"], "layers 0": ["--layers", "0"],
+    "layers past the target's": ["--layers", "500"],  # was accepted: 102 s a step, a 1.2 GB checkpoint
+    "seq-len 16 with a block of 16": ["--seq-len", "16", "--block-size", "16"],
 }
 
 
@@ -114,6 +116,18 @@ def test_training_numbers_are_checked_first(qwen3_tied_dirs, corpus_dir, tmp_pat
     out = tmp_path / "drafter"
     _refused(_train(qwen3_tied_dirs[0], corpus_dir, out, *extra), capsys, qwen3_tied_dirs[0])
     assert not out.exists()
+
+
+def test_training_numbers_are_refused_with_the_limit_that_applies(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
+    """--seq-len 1 said "at least 2", and 16 then failed on the block; --layers past the target's said nothing."""
+    from engine.models.drafter_config import flat_config, read_config_json
+
+    target = qwen3_tied_dirs[0]
+    line = _refused(_train(target, corpus_dir, tmp_path / "d", "--seq-len", "1"), capsys, target)
+    assert "--seq-len 1 must be longer than the block (8)" in line
+    depth = flat_config(read_config_json(target))["num_hidden_layers"]
+    line = _refused(_train(target, corpus_dir, tmp_path / "d", "--layers", str(depth + 1)), capsys, target)
+    assert f"more than the target's own {depth}" in line
 
 
 def test_training_never_writes_into_the_bundled_demo_models(qwen3_tied_dirs, corpus_dir, tmp_path, capsys,

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Optional
 from pathlib import Path
 
 from engine.errors import DFlashError
@@ -118,10 +119,10 @@ def _with_bar(total: int, make):
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric option, before any work: one sentence naming the option and its range."""
     from engine.decode.settings import MAX_BLOCK
 
-    """Every numeric option, before any work: one sentence naming the option and its range."""
-    for flag, value, low in (("--steps", args.steps, 1), ("--batch", args.batch, 1), ("--seq-len", args.seq_len, 2),
+    for flag, value, low in (("--steps", args.steps, 1), ("--batch", args.batch, 1),
                              ("--anchors", args.anchors, 1), ("--warmup", args.warmup, 0),
                              ("--eval-every", args.eval_every, 1), ("--checkpoint-every", args.checkpoint_every, 1),
                              ("--layers", args.layers, 1), ("--block-size", args.block_size, 2),
@@ -136,6 +137,22 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise DFlashError("--distill must be >= 0 (0: train on --data as it is) and --distill-new-tokens >= 1.")
     if not (math.isfinite(args.lr) and 0 < args.lr <= 1):
         raise DFlashError(f"--lr {args.lr} must be a number in (0, 1] (1e-3 is the default).")
+    depth = _target_layers(args.target)
+    if args.layers is not None and depth is not None and args.layers > depth:
+        raise DFlashError(f"--layers {args.layers} is more than the target's own {depth}: a drafter deeper than its "
+                          "target drafts slower than the target writes (DFlash drafters have 1-5).")
+
+
+def _target_layers(target: Optional[str]) -> Optional[int]:
+    """The target's layer count from its local config.json, None where it is not local (read later)."""
+    from engine.models.drafter_config import flat_config, read_config_json
+    from engine.models.paths import resolve_model_path
+
+    try:
+        layers = flat_config(read_config_json(resolve_model_path(target, download=False))).get("num_hidden_layers")
+    except (DFlashError, OSError, ValueError, TypeError):
+        return None
+    return layers if isinstance(layers, int) and not isinstance(layers, bool) else None
 
 
 def ours_checkpoint(folder: Path) -> bool:
