@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from engine.decode.events import MIN_TOKENS_FOR_SPEED
+from engine.decode.events import nothing_to_time
 from engine.models.demo import demo_pair, prompt_after_load, sample_prompt
 from engine.errors import DFlashError
 from app import files, screen_fit
@@ -200,10 +200,9 @@ class MainWindow(QMainWindow):
         """Race the ticked methods on the prompt (the Race tab), loading the chosen pair first if it changed."""
         r = self.race_view
         methods = r.methods()
-        if self.prompt.max_tokens.value() < MIN_TOKENS_FOR_SPEED:  # as bench: one token (the prefill's) times nothing
-            self.show_error("Nothing to time", f"a race times decoding: max tokens {self.prompt.max_tokens.value()} "
-                            f"leaves nothing to time (the first token is the prefill's); give at least "
-                            f"{MIN_TOKENS_FOR_SPEED}.")
+        untimed = nothing_to_time(self.prompt.max_tokens.value(), "a race")  # as bench says it
+        if untimed:
+            self.show_error("Nothing to time", untimed)
         elif len(methods) < 2:
             self.show_error("Nothing to race", "tick a method besides AR (AR runs in every race, as the reference).")
         elif "draft-model" in methods and not r.draft_model_value():

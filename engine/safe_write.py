@@ -15,7 +15,11 @@ from typing import Iterable, Optional
 from engine.errors import DFlashError
 
 
-def _same(a: Path, b: Path) -> bool:
+def same_path(a: Path, b: Path) -> bool:
+    """One file or folder, also where the names differ only in case on a case-insensitive disk
+    (macOS' default) or reach it through a link."""
+    if a == b:
+        return True
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
@@ -78,7 +82,7 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
         raise DFlashError(f"{as_given}: is inside {cache}, in the Hugging Face cache, which only the cache may "
                           f"change; write {what} elsewhere.")
     for given in inputs:
-        if given is not None and (_same(path, Path(given)) or path.resolve() == Path(given).resolve()):
+        if given is not None and (same_path(path, Path(given)) or path.resolve() == Path(given).resolve()):
             raise DFlashError(f"{path}: is also what is being read (the open trace, or a command's input); "
                               f"write {what} to another file.")
     parent = path.parent

@@ -124,6 +124,15 @@ class SummaryEvent:
 
 # A run has a speed once it decoded past the prefill's token (SummaryEvent.timed); CLI and window alike.
 MIN_TOKENS_FOR_SPEED = 2
+
+
+def nothing_to_time(max_tokens: int, what: str, setting: str = "max tokens") -> Optional[str]:
+    """Why `what` (a bench, a race), which times decoding, cannot run at `max_tokens` (named as the user
+    set it: `setting`); None when it can."""
+    if max_tokens >= MIN_TOKENS_FOR_SPEED:
+        return None
+    return (f"{what} times decoding: {setting} {max_tokens} leaves nothing to time (the first token is the "
+            f"prefill's); give at least {MIN_TOKENS_FOR_SPEED}.")
 # What a run with one token that did not end at once says instead of a rate.
 NOT_TIMED = "only the prefill's token was written (max tokens 1, or stopped after it), so there was no decoding to time"
 

@@ -56,11 +56,11 @@ def say_unused(args, runs: set[str], race: bool = False) -> None:
 def check_bench_kind(args) -> None:
     """bench is one of three benches (plain, --methods, --block-sizes): another's flags are refused; and
     every one times decoding, which a run of one token (the prefill's) does not do."""
-    from engine.decode.events import MIN_TOKENS_FOR_SPEED
+    from engine.decode.events import nothing_to_time
 
-    if args.max_tokens < MIN_TOKENS_FOR_SPEED:
-        raise DFlashError(f"bench times decoding: --max-tokens {args.max_tokens} leaves nothing to time (the first "
-                          f"token is the prefill's); give at least {MIN_TOKENS_FOR_SPEED}.")
+    problem = nothing_to_time(args.max_tokens, "bench", "--max-tokens")
+    if problem:
+        raise DFlashError(problem)
     if args.methods and args.block_sizes:
         raise DFlashError("--methods and --block-sizes are two different benches; give one of them.")
     if args.compare_drafter and (args.methods or args.block_sizes):

@@ -168,16 +168,6 @@ def ours_checkpoint(folder: Path) -> bool:
     return own and ("state.json" in names or folder.name.endswith((".tmp", ".old")))
 
 
-def _same_folder(a: Path, b: Path) -> bool:
-    """One folder, also where the names differ only in case on a case-insensitive disk (macOS' default)."""
-    if a == b:
-        return True
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _check_out(args: argparse.Namespace) -> None:
     """--out must be a folder we may write a drafter into: never the target's or --init's own folder
     or one inside it, never among the app's bundled demo models, never a file, and never a folder
@@ -185,6 +175,7 @@ def _check_out(args: argparse.Namespace) -> None:
     its own run."""
     from engine.models.demo import models_dir
     from engine.models.paths import resolve_model_path
+    from engine.safe_write import same_path
     from engine.training.trainer import CHECKPOINT_NAMES, MADE_BY_FILE
 
     out = Path(args.out)
@@ -198,13 +189,13 @@ def _check_out(args: argparse.Namespace) -> None:
             folder = resolve_model_path(given, download=False).resolve()
         except DFlashError:
             continue  # not local: it cannot be --out either
-        if _same_folder(where, folder):
+        if same_path(where, folder):
             raise DFlashError(f"--out {out} is the {flag} model's own folder; write the drafter elsewhere.")
-        if any(_same_folder(p, folder) for p in where.parents):
+        if any(same_path(p, folder) for p in where.parents):
             raise DFlashError(f"--out {out} is inside the {flag} model's folder {folder}; write the drafter "
                               "elsewhere (a model's folder holds its own files only).")
     bundled = models_dir().resolve()
-    if any(_same_folder(p, bundled) for p in (where, *where.parents)):
+    if any(same_path(p, bundled) for p in (where, *where.parents)):
         raise DFlashError(f"--out {out} is among the app's bundled demo models ({bundled}), which updates replace; "
                           "write the drafter elsewhere (the demos' recipes in resources/models/recipe rebuild them).")
     ours = (out / MADE_BY_FILE).is_file() or any(ours_checkpoint(out / name) for name in CHECKPOINT_NAMES)

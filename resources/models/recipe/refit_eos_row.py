@@ -179,9 +179,10 @@ def fit_row(stats: dict[str, np.ndarray], e0: np.ndarray, steps: int, ridge: flo
 def moved(stats: dict[str, np.ndarray], e0: np.ndarray, e1: np.ndarray) -> dict:
     """What the new row changes on a set of positions: loss, greedy choices, EOS as the top token."""
     h = stats["h"].astype(np.float64)
+    cast = {**stats, "h": h}  # eos_loss then reuses it instead of casting again for each row
     top0, top1 = h @ e0 > stats["top"], h @ e1 > stats["top"]
-    return {"positions": int(len(h)), "loss_before": round(eos_loss(stats, e0), 5),
-            "loss_after": round(eos_loss(stats, e1), 5), "greedy_changed": int(np.sum(top0 != top1)),
+    return {"positions": int(len(h)), "loss_before": round(eos_loss(cast, e0), 5),
+            "loss_after": round(eos_loss(cast, e1), 5), "greedy_changed": int(np.sum(top0 != top1)),
             "eos_top_before": int(top0.sum()), "eos_top_after": int(top1.sum()),
             "eos_labels": int(stats["is_eos"].sum())}
 
