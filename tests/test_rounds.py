@@ -74,6 +74,14 @@ def test_stop_string_ends_where_ar_ends(qwen3_pair):
 
 
 def test_cancel_stops_within_a_round_and_summarises(qwen3_pair):
+    """Stop ends the run at the end of the round in progress. With the tables computed on the host (MLX
+    on the CPU) a round is given out once the next one is done, so that next one is the round in
+    progress when the consumer sees round 2: it comes out too, then the summary."""
+    import mlx.core as mx
+
+    from engine.runtime.streams import STREAM
+
+    in_progress = int(STREAM.device == mx.cpu)
     cancel = CancelToken()
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[0], chat=False)
     events = []
@@ -84,7 +92,7 @@ def test_cancel_stops_within_a_round_and_summarises(qwen3_pair):
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     summary = events[-1]
     assert isinstance(summary, SummaryEvent)
-    assert len(rounds) == 3
+    assert len(rounds) == 3 + in_progress
     assert summary.stop_reason == "cancelled"
     assert summary.num_generated == rounds[-1].generated < 200
 

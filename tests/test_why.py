@@ -10,6 +10,14 @@ from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.models.pair import load_pair
 
+from fixtures.tiny_dflash2 import write_dflash2_drafter
+
+
+@pytest.fixture(scope="module")
+def dflash2_pair(qwen3_untied_dirs, tmp_path_factory):
+    target = qwen3_untied_dirs[0]
+    return load_pair(target, write_dflash2_drafter(tmp_path_factory.mktemp("dflash2") / "drafter", target, seed=5))
+
 
 def _rounds(pair, prompt: str, **settings) -> list[RoundEvent]:
     ids = encode_prompt(pair.tokenizer, prompt, False)
@@ -63,6 +71,8 @@ def test_the_host_tables_equal_the_mlx_ones():
     target_logits[4, [10, 20]] = target_logits[4].max() + 1.0  # a tie at the top: margin 0
     before = target_logits.copy()
     on_mlx = np.array(explain(mx.array(draft_logits), mx.array(target_logits), mx.array(drafts)))
+    for a in (draft_logits, target_logits):
+        a.flags.writeable = False  # on the CPU they are read-only views of MLX's memory
     on_host = explain_on_host(draft_logits, target_logits, drafts)
     np.testing.assert_allclose(on_host, on_mlx, rtol=1e-5, atol=1e-6)
     assert on_host[2, 4] == 0.0 and (target_logits == before).all()  # its inputs as they were
@@ -72,7 +82,8 @@ def test_the_host_tables_equal_the_mlx_ones():
     selection = Selection(mx.array(drafts), mx.array(candidates), mx.array(rng.normal(size=(n, k)).astype(np.float32)),
                           mx.array(draft_logits.argmax(-1).astype(np.int32)), None)
     mlx_table = [np.array(a) for a in selector_table(selection, mx.array(target_logits), n)]
-    host_table = selector_table_on_host(selection, target_logits, n)
+    host_table = selector_table_on_host(candidates=candidates, plain_top=np.array(selection.plain_top),
+                                        scores=np.array(selection.scores), target_logits=target_logits, n=n)
     for mine, theirs in zip(host_table, mlx_table):
         np.testing.assert_allclose(mine, theirs, rtol=1e-6)
     assert (host_table[2][:2] >= 0).all()
@@ -86,3 +97,65 @@ def test_the_command_line_computes_the_tables_only_for_a_trace(tmp_path):
     args = argparse.Namespace(temperature=0.0, seed=0, max_tokens=8, block_size=None)
     assert _settings(args, "dflash").diagnostics is False
     assert _settings(argparse.Namespace(**vars(args), trace=str(tmp_path / "t.jsonl")), "dflash").diagnostics
+
+
+def _without_times(event):
+    from dataclasses import replace
+
+    if isinstance(event, RoundEvent):
+        return replace(event, draft_ms=0.0, verify_ms=0.0, rollback_ms=0.0, t=0.0)
+    return replace(event, t=0.0) if hasattr(event, "t") else event
+
+
+@pytest.mark.parametrize("which", ["dflash", "dflash2"])
+def test_rounds_held_for_their_host_tables_come_out_as_in_line_ones(which, request, monkeypatch):
+    """On the CPU a round's tables are computed on a thread of their own while the next round runs,
+    and the round is given out with them a round late: the run's events must be those of tables
+    computed in line by the MLX graphs (a GPU's way), in the same order, each round's text after it."""
+    import engine.decode.speculative as speculative
+    from engine.decode.events import SummaryEvent
+    from engine.decode.round_record import RoundRecorder
+
+    pair = request.getfixturevalue("qwen3_pair" if which == "dflash" else "dflash2_pair")
+    ids = encode_prompt(pair.tokenizer, "def add(a, b):", False)
+
+    def events(host: bool) -> list:
+        monkeypatch.setattr(speculative, "RoundRecorder", lambda on_host: RoundRecorder(on_host=host))
+        settings = GenerationSettings(max_tokens=48, block_size=8, sampling=SamplingSettings(temperature=0.0))
+        return [e for e in generate(pair, ids, settings) if not isinstance(e, SummaryEvent)]
+
+    held, in_line = events(True), events(False)
+    rounds = [e for e in held if isinstance(e, RoundEvent)]
+    assert len(rounds) > 3 and all(len(r.draft_p) == len(r.drafted) for r in rounds)
+    assert [type(e) for e in held] == [type(e) for e in in_line]
+    for mine, theirs in zip(held, in_line):
+        mine, theirs = _without_times(mine), _without_times(theirs)
+        if isinstance(mine, RoundEvent):
+            for name in ("draft_p", "target_p", "margin"):
+                assert getattr(mine, name) == pytest.approx(getattr(theirs, name), abs=2e-3), name
+                setattr(mine, name, getattr(theirs, name))
+        assert mine == theirs
+    for a, b in zip(held, held[1:]):  # each round is followed by its own text
+        if isinstance(a, RoundEvent):
+            assert b.round == a.index and b.token_ids == a.committed
+
+
+def test_a_stopped_run_gives_out_every_round_it_committed_with_its_tables(qwen3_pair):
+    """Stop while a round is held for its tables: that round still comes out, with them, before the
+    summary, so the rounds account for every token the summary holds."""
+    from engine.decode.cancel import CancelToken
+    from engine.decode.events import SummaryEvent, TextEvent
+
+    ids = encode_prompt(qwen3_pair.tokenizer, "def add(a, b):", False)
+    cancel, events = CancelToken(), []
+    for event in generate(qwen3_pair, ids, GenerationSettings(max_tokens=200, block_size=8), cancel):
+        events.append(event)
+        if isinstance(event, RoundEvent):
+            cancel.cancel()
+    summary = events[-1]
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert isinstance(summary, SummaryEvent) and summary.stop_reason == "cancelled"
+    assert len(rounds) == 2  # the one seen when Stop was pressed, and the one held then
+    assert all(len(r.draft_p) == len(r.drafted) > 0 for r in rounds)
+    first = next(e for e in events if isinstance(e, TextEvent)).token_ids
+    assert first + [t for r in rounds for t in r.committed] == summary.token_ids

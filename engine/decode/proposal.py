@@ -55,15 +55,16 @@ def selector_table(selection, target_logits: mx.array, n: int) -> list[mx.array]
     return [candidates, scores, rank, selection.plain_top[:n]]
 
 
-def selector_table_on_host(selection, target_logits: np.ndarray, n: int) -> list[np.ndarray]:
-    """selector_table() in numpy, for an evaluated selection and target logits (MLX on the CPU:
-    see engine/decode/why.py)."""
-    scores = np.array(selection.scores)[:n]  # whole arrays out of MLX: slicing them there first costs more
+def selector_table_on_host(scores: np.ndarray, candidates: np.ndarray, plain_top: np.ndarray,
+                           target_logits: np.ndarray, n: int) -> list[np.ndarray]:
+    """selector_table() in numpy, for a selection's evaluated arrays (whole: slicing them in MLX first
+    costs more) and the target's logits (MLX on the CPU: see engine/decode/why.py)."""
+    scores = scores[:n]
     order = np.argsort(-scores, axis=-1, kind="stable")
-    candidates = np.take_along_axis(np.array(selection.candidates)[:n], order, axis=-1)
+    candidates = np.take_along_axis(candidates[:n], order, axis=-1)
     hit = candidates == target_logits[:n].argmax(axis=-1)[:, None]
     rank = np.where(hit.any(axis=-1), hit.argmax(axis=-1), -1)
-    return [candidates, np.take_along_axis(scores, order, axis=-1), rank, np.array(selection.plain_top)[:n]]
+    return [candidates, np.take_along_axis(scores, order, axis=-1), rank, plain_top[:n]]
 
 
 def selector_fields(table: list[Any]) -> dict[str, list]:

@@ -87,7 +87,14 @@ class SpeculativeDecoder(Decoder):
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
         self.rollback = make_rollback(self.pair.target, self.cache, prefer=self.settings.rollback)
-        anchor, index = int(y.item()), 0
+        yield from self.decode_rounds(int(y.item()), context)
+        yield from self.recorder.release()  # the last round, if its tables were still computing
+
+    def decode_rounds(self, anchor: int, context: Optional[mx.array]) -> Iterator[Event]:
+        """Rounds (and auto's plain steps) until the output stops or the run is cancelled, each round's
+        event and its text given out by the recorder (a round held for its host tables comes out after
+        the next)."""
+        index = 0
         self.proposer.observe([anchor], context)  # the first token, sampled from the prompt's prefill
         while not self.cancel.cancelled:
             plain = self.verify_length.plain_stretch(self.position) if self.verify_length is not None else 0
@@ -96,8 +103,7 @@ class SpeculativeDecoder(Decoder):
             rounds = self.plain_steps(index, anchor, plain) if plain > 1 else [self.round(index, anchor)]
             for event in rounds:
                 self.stats.add(event)
-                yield event
-                yield TextEvent(self.out.take_delta(), event.committed, index, event.t)
+                yield from self.recorder.emit(event, TextEvent(self.out.take_delta(), event.committed, index, event.t))
                 if self.out.stop_reason is not None:
                     return
                 anchor = event.bonus
