@@ -96,6 +96,13 @@ def test_calibrate_command(qwen3_tied_dirs, capsys):
     assert cli(["calibrate", "--target", str(t), "--drafter", str(d), "--repeats", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: repeats 0") and len(err.splitlines()) == 1
+    # auto: the curve --block-size auto runs use, up to the drafter's own block (was an argparse error)
+    assert cli(["calibrate", "--target", str(t), "--drafter", str(d), "--repeats", "1", "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert cli(["calibrate", "--target", str(t), "--drafter", str(d), "--block-size", "auto", "--repeats", "1",
+                "--json"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["block"] == default["block"] == len(auto["verify_ms"]) > 3 and auto["cached"]
 
 
 def test_more_sweeps_take_the_repeats_then_what_fits_in_the_budget():
@@ -298,3 +305,30 @@ def test_an_unwritable_cache_costs_one_measurement_per_process(qwen3_pair, monke
     assert any(m.startswith("the curve is not cached (") and "the next command measures it again" in m for m in said)
     again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert cached and again == first
+
+
+def test_a_sharded_run_measures_its_curve_once_per_process(qwen3_pair, monkeypatch, tmp_path):
+    """A sharded target's curve is never read from a host's cache (every rank measures, rank 0's
+    timings kept), but it was measured again at every run's start: a sharded `bench` of 10 prompts
+    measured it 20 times. Now once per process (every rank runs the same commands, so every rank finds
+    it at the same point), again for another block or with --fresh, and never written to the cache."""
+    from engine.runtime.distributed import Ranks
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cc, "_SHARDED", {})
+    monkeypatch.setattr(cc, "_agreed", lambda curve, pair: curve)  # one process: no peers to agree with
+    calls = []
+    real = cc.measure_steps
+    monkeypatch.setattr(cc, "measure_steps", lambda pair, **k: calls.append(k["block"]) or real(qwen3_pair, **k))
+    sharded = replace(qwen3_pair, ranks=Ranks(rank=0, size=2))
+    first, cached = cc.cost_curve(sharded, block=3, repeats=1)
+    assert not cached and calls == [3]
+    again, cached = cc.cost_curve(sharded, block=3, repeats=1)
+    assert cached and again == first and calls == [3]
+    _, cached = cc.cost_curve(sharded, block=2, repeats=1)
+    assert not cached and calls == [3, 2]
+    _, cached = cc.cost_curve(sharded, block=3, repeats=1, fresh=True)
+    assert not cached and calls == [3, 2, 3]
+    assert not (tmp_path / "cost-curves").exists()  # a host's cache is for its unsharded runs
+    _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)  # the same pair unsharded: its own cache
+    assert not cached and calls == [3, 2, 3, 3]

@@ -300,6 +300,8 @@ def cmd_calibrate(args) -> int:
     from engine.decode.settings import GenerationSettings
 
     pair = _load(args)
+    if args.block_size == "auto":  # the curve auto runs use: up to the drafter's block
+        args.block_size = None
     # the checks a run makes (a window and sink in range, a block the drafter can draft; without a
     # drafter, the curve's own 1..64): a curve measured for a setting no run accepts is cached for nothing
     sampling = _sampling(args)

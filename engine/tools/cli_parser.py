@@ -137,7 +137,9 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
 
     c = sub.add_parser("calibrate", help="the cost curve: one verify of 1..block tokens and one AR step, here")
     _add_model_args(c)
-    c.add_argument("--block-size", type=int, help="measure verifies up to this length (default: the drafter's)")
+    c.add_argument("--block-size", type=_block_size, metavar="N|auto",
+                   help="measure verifies up to this length (default, or auto: the drafter's block, the curve "
+                        "--block-size auto runs use)")
     c.add_argument("--repeats", type=int, default=3,
                    help="sweeps at each depth at least (more while they fit in 6 s, up to 3x); medians are kept")
     c.add_argument("--fresh", action="store_true", help="measure again even when a cached curve exists")
