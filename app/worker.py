@@ -104,10 +104,12 @@ class Worker(QObject):
                 ok = ok and (self._run(job) if isinstance(job, RunJob) else self._race(job))
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a message, never a dead thread
             if isinstance(exc, DFlashError):
+                # refused (a setting, the prompt's length, a draft model): the engine says no before it
+                # touches the caches, so the last run's prefill stays for the next run
                 log.info("%s refused: %s", stage, exc)
             else:
                 log.exception("%s failed", stage)
-            self.prefix.clear()  # a run that failed part-way leaves nothing to build on
+                self.prefix.clear()  # a run that failed part-way leaves nothing to build on
             if is_out_of_memory(exc):
                 _clear_mlx_cache()
             put(LoadFailed(user_message(exc), False, self.info) if stage == "load" else RunFailed(user_message(exc)))
