@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.decode.calibration import broke_at
-from engine.decode.events import PLAIN, RoundEvent
+from engine.decode.events import DRAFT_MODEL, LOOKUP, PLAIN, RoundEvent
 from engine.decode.selector_stats import has_selector, miss, positions
 from app import theme
 from app.run_record import RunRecord
@@ -133,18 +133,27 @@ def round_tooltip(r: RoundEvent, table) -> str:
 
 
 def why_lines(r: RoundEvent, table) -> str:
-    """The drafter's confidence per draft and, where the block broke, how far apart the models were."""
+    """The proposer's confidence per draft and, where the block broke, how far apart the models were. A
+    copy (lookup) is certain of every token: only the target's side is told."""
     if not r.draft_p:
         return ""
-    text = "\ndrafter confidence per draft: " + " ".join(f"{p:.2f}" for p in r.draft_p)
     broke = broke_at(r)
+    if r.source == LOOKUP:
+        if broke is None:
+            return ""
+        return (f"\nbroke at copied token {broke['position']}: the copy had {chip_text(table, broke['draft'])} "
+                f"(the target p {broke['target_p']:.2f}); the target chose "
+                f"{chip_text(table, broke['target_choice'])} by a logit margin of {broke['margin']:.2f}"
+                + (", the copied token itself (a sampling miss)" if broke["target_rank"] == 0 else ""))
+    who = "draft model" if r.source == DRAFT_MODEL else "drafter"
+    text = f"\n{who} confidence per draft: " + " ".join(f"{p:.2f}" for p in r.draft_p)
     if broke is not None:
         rank = broke["target_rank"]
-        text += (f"\nbroke at draft {broke['position']}: the drafter gave {chip_text(table, broke['draft'])} "
+        text += (f"\nbroke at draft {broke['position']}: the {who} gave {chip_text(table, broke['draft'])} "
                  f"p {broke['draft_p']:.2f} (the target p {broke['target_p']:.2f}); the target chose "
                  f"{chip_text(table, broke['target_choice'])} by a logit margin of {broke['margin']:.2f}, "
-                 + ("the drafter's first choice too (a sampling miss)" if rank == 0 else
-                    f"ranked {rank + 1} in the drafter's list"))
+                 + (f"the {who}'s first choice too (a sampling miss)" if rank == 0 else
+                    f"ranked {rank + 1} in the {who}'s list"))
     return text
 
 

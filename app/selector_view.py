@@ -32,6 +32,12 @@ NO_RUN = ("Run DFlash with a DFlash2 drafter to see its candidate selector at wo
           "selector's rescoring changed the drafter's plain argmax.")
 V1 = "This run's drafter is DFlash v1: no candidate selector."
 NO_ROUNDS = "No drafted positions yet."
+# runs whose drafts never came from a DFlash drafter, by mode
+NOT_DFLASH = {
+    "ar": "Plain AR decoding drafts nothing: no candidate selector.",
+    "lookup": "This run's drafts are copies of the context (lookup): no candidate selector.",
+    "draft-model": "This run's drafts come from a draft model, one token at a time: no candidate selector.",
+}
 SUMMARY_TIP = ("judged drafts: those the target saw after a fully accepted prefix (a round's accepted drafts "
                "and its first rejected one).\nrescored: the selector drafted another token than the drafter "
                "head's plain argmax; the argmax was right: it was the target's own choice.\nthe selector's miss: "
@@ -87,6 +93,15 @@ def round_summary(r: Any, table, k: int) -> str:
         return text + (f"the target's choice {choice} was candidate #{broke['target_rank'] + 1}, but the selector "
                        f"drafted {chip_text(table, broke['drafted'])} (the selector's miss).")
     return text + f"the draft {choice} was the target's choice, rejected by the draw (a sampling miss)."
+
+
+def no_selector(run: RunRecord) -> str:
+    """Why a run shows no selector at work: its mode drafts otherwise, its drafter is v1, or nothing was
+    drafted yet."""
+    mode = run.start.settings.get("mode")
+    if mode in NOT_DFLASH:
+        return NOT_DFLASH[mode]
+    return NO_ROUNDS if run.start.model.get("drafter_generation") == "DFlash2" else V1
 
 
 class SelectorView(QWidget):
@@ -211,8 +226,7 @@ class SelectorView(QWidget):
         self.stats = selector_stats(run.rounds)
         self._set_plots(self.stats)
         if self.stats is None:
-            dflash2 = run.start.model.get("drafter_generation") == "DFlash2"
-            self._show_empty(NO_ROUNDS if dflash2 else V1)
+            self._show_empty(no_selector(run))
             return
         self.summary.setText(run_summary(self.stats))
         self.empty.hide()

@@ -10,6 +10,8 @@ from PySide6.QtGui import QColor
 
 from app import files, theme
 from app.race_view import COLUMNS
+from app.rounds_view import round_tooltip
+from app.selector_view import NOT_DFLASH, V1
 
 from conftest import PROMPTS
 from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window  # noqa: F401
@@ -85,6 +87,13 @@ def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_windo
         assert w.output.plain_text() == run.summary.text
         assert list(w.plots.series()["acceptance_length"]) == [r.accepted + 1 for r in run.rounds]
         assert theme.METHOD_LABEL[m] in w.status_labels["tok/s"].text()
+        # the Selector tab says why it has nothing to show (it said "No drafted positions yet." for copies
+        # and a draft model's drafts), and every drafted round carries how sure each side was
+        assert w.selector_view.empty.text() == (V1 if m == "dflash" else NOT_DFLASH[m])
+        drafted = [r for r in run.rounds if r.drafted]
+        assert all(len(r.draft_p) == len(r.target_p) == len(r.drafted) for r in drafted)
+        if m == "draft-model":
+            assert "draft model confidence per draft" in round_tooltip(drafted[0], run.table)
         # File > Export writes the method on show (it once wrote the fixed-block DFlash run whatever the row)
         assert w.export_trace(tmp_path / f"{m}.jsonl")
         saved = files.open_trace(tmp_path / f"{m}.jsonl")

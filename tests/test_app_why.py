@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.rounds_view import ROUND_ROLE, round_tooltip
+from app.rounds_view import ROUND_ROLE, round_tooltip, why_lines
 from conftest import PROMPTS
 from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
 
@@ -52,3 +52,26 @@ def test_the_rounds_tooltip_says_where_the_block_broke(qtbot, make_window, alter
     assert "drafter confidence per draft" in tip
     assert "broke at draft 2" in tip and "ranked" in tip
     assert model.data(index, Qt.ItemDataRole.ToolTipRole) == tip
+
+
+def test_a_copys_break_is_told_from_the_targets_side():
+    """A copy (lookup) proposes its tokens with certainty: the tooltip gives no confidence line and names the
+    copied token where the copy broke, with the target's probability of it and its own choice's margin; the
+    calibration plot, which is about a drafter's confidence, leaves copies out."""
+    from engine.decode.calibration import calibration
+    from engine.decode.events import RoundEvent
+
+    def event(source, draft_p, target_rank):
+        return RoundEvent(index=0, position=10, anchor=1, drafted=[5, 6, 7], accepted=1, bonus=9,
+                          bonus_kind="correction", committed=[5, 9], draft_ms=0.0, verify_ms=1.0, rollback_ms=0.0,
+                          t=0.1, generated=3, source=source, draft_p=draft_p, target_p=[0.9, 0.2, 0.1],
+                          margin=[3.0, 1.5, 0.5], target_rank=target_rank)
+
+    copy = event("lookup", [1.0, 1.0, 1.0], [0, 1, 1])
+    tip = why_lines(copy, None)
+    assert "confidence" not in tip and "broke at copied token 2" in tip and "target p 0.20" in tip
+    assert "margin of 1.50" in tip
+    assert calibration([copy]) == []
+    drafter = event("drafter", [0.8, 0.6, 0.3], [0, 2, 1])
+    assert "drafter confidence per draft: 0.80 0.60 0.30" in why_lines(drafter, None)
+    assert calibration([copy, drafter]) == calibration([drafter]) != []

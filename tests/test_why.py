@@ -76,6 +76,11 @@ def test_the_host_tables_equal_the_mlx_ones():
     on_host = explain_on_host(draft_logits, target_logits, drafts)
     np.testing.assert_allclose(on_host, on_mlx, rtol=1e-5, atol=1e-6)
     assert on_host[2, 4] == 0.0 and (target_logits == before).all()  # its inputs as they were
+    copy_on_mlx = np.array(explain(None, mx.array(target_logits), mx.array(drafts)))  # a copy: no draft logits
+    copy_on_host = explain_on_host(None, target_logits, drafts)
+    np.testing.assert_allclose(copy_on_host, copy_on_mlx, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(copy_on_host[1:3], on_host[1:3])  # the target's side is the same table's
+    assert (copy_on_host[0] == 1.0).all() and copy_on_host[3].tolist() == [0, 0, 0] + [1] * (n - 3)
 
     candidates = np.stack([rng.permutation(vocab)[:k] for _ in range(n)]).astype(np.int32)
     candidates[:2, 1] = target_logits[:2].argmax(-1)  # the target's choice among them, not first
@@ -159,3 +164,38 @@ def test_a_stopped_run_gives_out_every_round_it_committed_with_its_tables(qwen3_
     assert all(len(r.draft_p) == len(r.drafted) > 0 for r in rounds)
     first = next(e for e in events if isinstance(e, TextEvent)).token_ids
     assert first + [t for r in rounds for t in r.committed] == summary.token_ids
+
+
+def test_copies_and_a_draft_models_drafts_say_how_sure_each_side_was(qwen3_pair, qwen3_tied_dirs, monkeypatch):
+    """Every drafted round carries the tables, whoever proposed. A copy (lookup) is certain of each token:
+    draft_p 1, and the target's choice ranks 0 where it is the copied token, 1 where the copy broke. A draft
+    model that is the target itself is exactly as sure of each draft as the target is."""
+    from engine.decode.lookup import LookupMatch
+    from engine.decode.proposers import LookupProposer
+
+    ids = encode_prompt(qwen3_pair.tokenizer, "def add(a, b):", False)
+    greedy = [e for e in generate(qwen3_pair, ids, GenerationSettings(mode="ar", max_tokens=40))][-1].token_ids
+    vocab = qwen3_pair.head.vocab_size
+
+    def match(self, limit):  # the greedy continuation, its third token spoiled: each copy breaks there
+        tokens = list(greedy[len(self.index) - len(ids):][:4])
+        if len(tokens) == 4:
+            tokens[2] = (tokens[2] + 1) % vocab
+        return (LookupMatch(tokens, 5, 20, 0), min(limit, len(tokens))) if tokens and limit > 0 else None
+
+    monkeypatch.setattr(LookupProposer, "match", match)
+    copies = [r for r in _rounds(qwen3_pair, "def add(a, b):", mode="lookup") if r.drafted]
+    assert copies and all(r.source == "lookup" for r in copies)
+    assert any(r.accepted == 2 < len(r.drafted) for r in copies)
+    for r in copies:
+        n = len(r.drafted)
+        assert r.draft_p == [1.0] * n and len(r.target_p) == len(r.margin) == n
+        assert r.target_rank == [0] * r.accepted + [1] * (r.accepted < n) + r.target_rank[r.accepted + 1:]
+        assert all(0.0 <= p <= 1.0 for p in r.target_p) and all(m >= 0 for m in r.margin)
+
+    own = [r for r in _rounds(qwen3_pair, "def add(a, b):", mode="draft-model", draft_model=str(qwen3_tied_dirs[0]),
+                              num_draft=4) if r.drafted]
+    assert own and all(r.source == "draft-model" for r in own)
+    for r in own:
+        assert r.accepted == len(r.drafted) and r.target_rank == [0] * len(r.drafted)
+        assert r.draft_p == pytest.approx(r.target_p, abs=2e-3)

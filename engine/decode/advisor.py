@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from engine.decode.curve import CostCurve
-from engine.decode.events import field_of
-from engine.decode.proposers import LOOKUP
+from engine.decode.events import LOOKUP, field_of
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,15 @@
 A draft is judged when every draft before it in its round was accepted (positions
 0..accepted of the round); it is accepted when its position is below `accepted`. A
 calibrated drafter's drafts at confidence p are accepted about p of the time (greedy).
-Plain Python over round events or trace records.
+A copy's drafts (--lookup) are certain by construction (draft_p 1), not a drafter's
+confidence: they are left out. Plain Python over round events or trace records.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from engine.decode.events import field_of
+from engine.decode.events import LOOKUP, field_of
 
 BINS = 10
 
@@ -19,6 +20,8 @@ def calibration(rounds: Iterable[Any], bins: int = BINS) -> list[tuple[float, fl
     """(mean drafter confidence, acceptance rate, drafts) per non-empty confidence bin, lowest first."""
     sums = [[0.0, 0, 0] for _ in range(bins)]  # confidence sum, accepted, judged
     for r in rounds:
+        if field_of(r, "source") == LOOKUP:
+            continue
         draft_p, accepted = field_of(r, "draft_p") or [], field_of(r, "accepted", 0)
         for i, p in enumerate(draft_p[: accepted + 1]):
             b = sums[min(int(p * bins), bins - 1)]

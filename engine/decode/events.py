@@ -16,6 +16,8 @@ class StartEvent:
 
 
 PLAIN = "plain"  # a round event's bonus_kind when auto skipped the drafter: one token, no verify of drafts
+# A round event's source: who proposed its drafts (engine/decode/proposers.py)
+DRAFTER, LOOKUP, DRAFT_MODEL = "drafter", "lookup", "draft-model"
 
 
 @dataclass

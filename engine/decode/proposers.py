@@ -24,14 +24,11 @@ import mlx.core as mx
 
 from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate, LookupIndex, LookupMatch,
                                   common_prefix, draft_length)
+from engine.decode.events import DRAFT_MODEL, DRAFTER, LOOKUP
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.models.pair import LoadedPair
-
-DRAFTER = "drafter"
-LOOKUP = "lookup"
-DRAFT_MODEL = "draft-model"
 
 
 def no_drafts(source: str) -> Proposal:
@@ -330,28 +327,32 @@ class DraftModelProposer:
             return no_drafts(self.source)
         feed = mx.array(self.unfed + [anchor])[None]
         self.unfed = []
-        drafts, logq = [], []
+        drafts, logq, rows = [], [], []
         for i in range(n):
             logits = self.model(feed, cache=self.cache)[0, -1]
             token, lq = self.sampler.draft(logits[None, : self.vocab_size])
             mx.async_eval(token)  # computes while the next step's graph is built, as mlx-lm's loop does
             drafts.append(token[0])
+            rows.append(logits[: self.vocab_size])
             if lq is not None:
                 logq.append(lq[0])
             if i + 1 < n:
                 feed = token[None]
         self.fed_drafts = n - 1  # the anchor and drafts 1..n-1 went through the model; draft n did not
         tokens = mx.stack(drafts).astype(mx.int32)
-        q = None
-        if logq:
-            q = mx.stack(logq)
-            if q.shape[-1] < self.vocab_size:  # a smaller vocabulary: the target's extra ids get no mass
-                q = mx.concatenate([q, mx.full((n, self.vocab_size - q.shape[-1]), -mx.inf)], axis=-1)
+        q = _to_vocab(mx.stack(logq), self.vocab_size) if logq else None  # the target's extra ids get no mass
         mx.async_eval(tokens, *([q] if q is not None else []))
-        return Proposal(tokens, q, None, source=self.source)
+        # its logits, for the round's tables (lazy: computed only when a run asks for them)
+        return Proposal(tokens, q, _to_vocab(mx.stack(rows), self.vocab_size), source=self.source)
 
     def context_width(self) -> int:
         return 0
+
+
+def _to_vocab(rows: mx.array, vocab_size: int) -> mx.array:
+    """A draft model's rows widened to the target's vocabulary (a smaller one: -inf for the rest)."""
+    short = vocab_size - rows.shape[-1]
+    return rows if short <= 0 else mx.concatenate([rows, mx.full((rows.shape[0], short), -mx.inf)], axis=-1)
 
 
 def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):

@@ -57,10 +57,10 @@ def _host_tables() -> ThreadPoolExecutor:
     return _host_thread
 
 
-def _tables_on_host(draft_logits: np.ndarray, target_logits: np.ndarray, drafts: np.ndarray,
+def _tables_on_host(draft_logits: Optional[np.ndarray], target_logits: np.ndarray, drafts: np.ndarray,
                     selection: Optional[tuple[np.ndarray, ...]]) -> dict[str, Any]:
-    """The round event's table fields from numpy views (runs on the host-tables thread); `selection`:
-    a DFlash2 selection's scores, candidates and plain_top."""
+    """The round event's table fields from numpy views (runs on the host-tables thread); `draft_logits`
+    None for a copy's drafts; `selection`: a DFlash2 selection's scores, candidates and plain_top."""
     n = drafts.size
     fields = as_lists(explain_on_host(draft_logits, target_logits, drafts).tolist())
     if selection is not None:
@@ -83,10 +83,9 @@ class RoundRecorder:
         return round((self.marks[b] - self.marks[a]) * 1000.0, 4)
 
     def queue_tables(self, proposal: Proposal, logits: mx.array) -> list[mx.array]:
-        """The tables' MLX graphs, to evaluate with the verify (none on the host, none without drafts
-        or drafter logits)."""
+        """The tables' MLX graphs, to evaluate with the verify (none on the host, none without drafts)."""
         n = proposal.drafts.size
-        if self.on_host or not n or proposal.logits is None:
+        if self.on_host or not n:
             return []
         queued = [explain(proposal.logits, logits, proposal.drafts)]
         if proposal.selection is not None:
@@ -98,12 +97,13 @@ class RoundRecorder:
         their computation starts on the host-tables thread from copies of the evaluated logits, and
         `emit` gives the round out with them."""
         n = proposal.drafts.size
-        if not n or proposal.logits is None:
+        if not n:
             return {}
         if self.on_host:
             s = proposal.selection
             selection = None if s is None else (np.array(s.scores), np.array(s.candidates), np.array(s.plain_top))
-            self.computing = _host_tables().submit(_tables_on_host, _host_view(proposal.logits), _host_view(logits),
+            draft_logits = None if proposal.logits is None else _host_view(proposal.logits)
+            self.computing = _host_tables().submit(_tables_on_host, draft_logits, _host_view(logits),
                                                    np.array(proposal.drafts), selection)
             return {}
         why, selector = queued[0], (queued[1:] or None)

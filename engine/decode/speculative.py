@@ -20,9 +20,9 @@ from engine.decode.acceptance import accept
 from engine.decode.cancel import CancelToken
 from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
 from engine.decode.ar_decoder import Decoder
-from engine.decode.events import PLAIN, CalibrationEvent, Event, RoundEvent, TextEvent
+from engine.decode.events import DRAFTER, PLAIN, CalibrationEvent, Event, RoundEvent, TextEvent
 from engine.decode.prefix_cache import PrefixCache
-from engine.decode.proposers import DRAFTER, make_proposer
+from engine.decode.proposers import make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
