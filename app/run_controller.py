@@ -371,8 +371,9 @@ class RunController(QObject):
                 self.w.notify("race stopped before any method ran")
             return
         if race.cancelled:
-            self.w.notify(f"race stopped after {len(race.methods)} of {len(self.w.race_view.rows)} methods; "
-                          "their figures are in the Race tab")
+            cut = [m for m in self.w.race_view.results if m not in race.methods]  # the one Stop ended part-way
+            self.w.notify(f"race stopped: {len(race.methods)} of {len(self.w.race_view.rows)} methods finished"
+                          + (f", {cut[0]} stopped part-way" if cut else "") + "; their figures are in the Race tab")
             return
         ar = self.runs.get("ar")
         ar_tps = ar.summary.tok_per_s if ar is not None and ar.summary is not None else None

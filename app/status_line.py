@@ -3,6 +3,7 @@ method in a race), tau, rounds, tokens, device and peak memory."""
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from PySide6.QtCore import QSize, Qt
@@ -13,6 +14,7 @@ from app.theme import METHOD_LABEL
 
 DEVICE_WIDTH = 180  # px: the whole line is in its tooltip
 
+LIBRARY_PATH = re.compile(r" \(/[^()]*\)")  # " (/path/to/libopenblas.so.0)" in a device line
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
 
 
@@ -39,8 +41,9 @@ class ElidedLabel(QLabel):
         self.line = text
         self.setMaximumWidth(DEVICE_WIDTH)
 
-    def set_line(self, line: str) -> None:
-        self.line = line
+    def set_line(self, line: str, shown: Optional[str] = None) -> None:
+        """`line` in the tooltip, `shown` (by default the line) cut to the label."""
+        self.line = shown or line
         self.setToolTip(line)
         self._elide()
         self.updateGeometry()
@@ -76,8 +79,9 @@ class StatusLine:
             self.labels[key] = label
 
     def show_device(self, device: str) -> None:
-        """The device line, cut to the room the bar leaves it (see ElidedLabel)."""
-        self.labels["device"].set_line(f"device: {device}")
+        """The device line, cut to the room the bar leaves it (see ElidedLabel), without the BLAS library's
+        path (in the tooltip)."""
+        self.labels["device"].set_line(f"device: {device}", f"device: {LIBRARY_PATH.sub('', device)}")
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
                   rounds_run: Optional[RunRecord]) -> None:
@@ -91,9 +95,11 @@ class StatusLine:
         shown = current or run
         if not shown.tokens and runs.get("ar") is not None and runs["ar"].tokens and shown is not runs["ar"]:
             shown = runs["ar"]  # Both mode's DFlash half stopped before its first token: AR's figures
-        # Beside AR: the run whose rounds are shown (a race's chosen method), else DFlash (Both mode).
+        # Beside AR: the run whose rounds are shown (a race's chosen method), else DFlash (Both mode); a
+        # race's AR row chosen: AR's alone
         ar = runs.get("ar")
-        df = rounds_run if rounds_run is not None and rounds_run is not ar else runs.get("dflash")
+        df = rounds_run if rounds_run is not None and rounds_run is not ar else \
+            runs.get("dflash") if current is not ar else None
         name = next((label for label, r in runs.items() if r is df), "dflash")
         if ar is not None and df is not None and ar.tok_per_s and df.tok_per_s:
             labels["tok/s"].setText(f"tok/s: AR {ar.tok_per_s:.1f} · {METHOD_LABEL.get(name, name)} "

@@ -26,6 +26,7 @@ from engine.models.doctor import check_pair
 from engine.decode.events import StartEvent, SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
+from engine.tools.trace import device_line
 from app.errors import is_out_of_memory, user_message
 from app.jobs import (
     AdviceReady, AdviseJob, EngineEvent, JobDone, LoadFailed, Loaded, LoadJob, LoadProgress, MethodDone, PairInfo,
@@ -34,15 +35,6 @@ from app.jobs import (
 from app.tokens import build_token_table
 
 log = logging.getLogger("app.worker")
-
-
-def _device_name() -> str:
-    from engine.runtime import blas
-    from engine.runtime.streams import device_kind
-
-    kind = device_kind()
-    blas_name = blas.status.split(" (")[0]  # drop the library path
-    return f"{kind} (blas: {blas_name})" if kind == "cpu" else kind
 
 
 def _facts(pair) -> dict:
@@ -169,7 +161,7 @@ class Worker(QObject):
             target=target,
             drafter=drafter,
             facts=_facts(pair),
-            device=_device_name(),
+            device=device_line(),  # as its traces will say it: a reopened one reads the same
             has_chat_template=bool(pair.tokenizer.has_chat_template),
             has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
             token_table=build_token_table(pair.tokenizer, len(pair.tokenizer)),

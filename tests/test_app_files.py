@@ -61,6 +61,9 @@ def test_export_then_open_trace_round_trip(qtbot, make_window, alternating_dirs,
     assert w2.prompt.mode() == "dflash"
     assert w2.prompt.lookup.isChecked() is header["settings"]["lookup"] is True
     assert w2.status_labels["device"].toolTip() == f"device: {header['device']}"
+    # the same machine reads the same, live and replayed (live said "cpu (blas: …", replayed "cpu (Linux
+    # x86_64, …"); the BLAS library's path is left to the tooltip
+    assert w2.status_labels["device"].line == w.status_labels["device"].line and "/" not in w.status_labels["device"].line
 
     # Exporting the replay writes the same trace again.
     again_path = tmp_path / "again.jsonl"

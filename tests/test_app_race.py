@@ -103,6 +103,7 @@ def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_windo
         assert saved.start.settings == json.loads(json.dumps(run.start.settings))  # as JSON keeps it
     view.select_method("ar")
     assert w.rounds_run is None and w.current_run is w.runs["ar"] and w.rounds.rounds_model.rowCount() == 0
+    assert w.status_labels["tok/s"].text() == f"ar tok/s: {w.runs['ar'].tok_per_s:.1f}"  # not AR beside DFlash
 
     # File > Export race table: every method's figures side by side, as the table reads (a trace holds
     # one method's run; the table could not be kept)
@@ -169,7 +170,8 @@ def test_stop_mid_race_stops_with_a_notice_and_the_window_stays_usable(qtbot, ma
     qtbot.waitUntil(lambda: "dflash" in w.runs and len(w.runs["dflash"].rounds) >= 3, timeout=120_000)
     with qtbot.waitSignal(w.run_finished, timeout=30_000):
         qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
-    assert w.errors == [] and any("race stopped" in n for n in w.notices)
+    assert w.errors == []
+    assert "race stopped: 1 of 3 methods finished, dflash stopped part-way" in w.notices[-1]  # said "after 1 of 3"
     assert w.controller.race.cancelled and w.controller.race.methods == ["ar"]
     assert w.runs["dflash"].summary.stop_reason == "cancelled" and "lookup" not in w.runs
     assert view.cell("ar", "vs AR") == "reference"

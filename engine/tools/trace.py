@@ -37,19 +37,25 @@ PARITY_FIELDS = {
 }
 
 
+def device_line() -> str:
+    """Where runs here run, as traces record it (and the window's status bar says it)."""
+    from engine.runtime import blas
+    from engine.runtime.streams import device_kind
+
+    return f"{device_kind()} ({platform.system()} {platform.machine()}, blas: {blas.status})"
+
+
 def environment() -> dict[str, Any]:
     import mlx.core as mx
     import mlx_lm
 
     from engine import __version__
-    from engine.runtime import blas
-    from engine.runtime.streams import device_kind
 
     return {
         "app_version": __version__,
         "mlx_version": mx.__version__,
         "mlx_lm_version": mlx_lm.__version__,
-        "device": f"{device_kind()} ({platform.system()} {platform.machine()}, blas: {blas.status})",
+        "device": device_line(),
     }
 
 
