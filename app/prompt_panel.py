@@ -44,6 +44,9 @@ class PromptPanel(QGroupBox):
         self.format = QComboBox()
         for key, label in FORMATS:
             self.format.addItem(label, key)
+        self.format.setToolTip("Through the chat template the prompt is one user message, or a whole chat when "
+                               "it is one: a JSON list of {\"role\": ..., \"content\": ...} messages (OpenAI's "
+                               "format; ending with an assistant message continues it). Raw: the text as it is.")
         self.thinking = QComboBox()
         for key, label in THINKING:
             self.thinking.addItem(label, key)

@@ -1,9 +1,17 @@
-"""Prompt text to token ids, raw (as mlx-lm encodes a plain string) or through the chat template."""
+"""Prompt text to token ids, raw (as mlx-lm encodes a plain string) or through the chat template.
+
+Through the chat template, a prompt is one user message, or a whole conversation when its text is
+one: a JSON list of {"role", "content"} messages (OpenAI's chat format), so a chat history runs as
+the model sees it in a chat (its earlier assistant turns and the template's markers between them),
+not pasted into one message. A conversation that ends with an assistant message is continued (the
+reply goes on from its text) rather than answered by a new turn.
+"""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Optional
+from typing import Any, Optional
 
 from engine.errors import SettingsError
 
@@ -28,6 +36,28 @@ def check_text(text: str) -> None:
                             "remove it or give the prompt as UTF-8.")
 
 
+def conversation(text: str) -> Optional[list[dict[str, Any]]]:
+    """The messages of a prompt written as a conversation (a JSON list of {"role", "content"} objects),
+    or None for any other text. Text that begins as one but does not read as one is refused with
+    where it went wrong: sent as one user message instead, it would be a silent surprise."""
+    stripped = text.strip()
+    if not (stripped.startswith("[") and '"role"' in stripped):
+        return None
+    raw_hint = "; or encode the prompt raw (--raw, the window's Format raw) to send the text as it is."
+    try:
+        messages = json.loads(stripped)
+    except ValueError as exc:
+        raise SettingsError(f"the prompt reads as a conversation (a JSON list of messages) but is not valid JSON: "
+                            f"{exc}{raw_hint}") from None
+    if not isinstance(messages, list) or not messages:
+        raise SettingsError("a conversation is a JSON list of one or more messages" + raw_hint)
+    for n, m in enumerate(messages, 1):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise SettingsError(f"message {n} of the conversation needs a \"role\" and a \"content\", both text "
+                                f"(as {{\"role\": \"user\", \"content\": \"...\"}})" + raw_hint)
+    return messages
+
+
 def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: Optional[bool] = None) -> list[int]:
     """chat=None uses the chat template when the tokenizer has one."""
     check_text(text)
@@ -39,10 +69,13 @@ def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: O
     if use_chat:
         if not tokenizer.has_chat_template:
             raise SettingsError("this tokenizer has no chat template; use raw mode (--raw).")
-        kwargs = {} if thinking is None else {"enable_thinking": thinking}
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True, **kwargs
-        )
+        messages = conversation(text) or [{"role": "user", "content": text}]
+        kwargs: dict[str, Any] = {} if thinking is None else {"enable_thinking": thinking}
+        if messages[-1]["role"] == "assistant":  # the reply goes on from the assistant's text
+            kwargs["continue_final_message"] = True
+        else:
+            kwargs["add_generation_prompt"] = True
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
         return list(tokenizer.encode(text, add_special_tokens=False))
     bos = tokenizer.bos_token
     add_special = bos is None or not text.startswith(bos)

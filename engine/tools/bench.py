@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -21,9 +22,18 @@ from engine.models.pair import LoadedPair, activate
 from engine.tools.textfiles import jsonl_strings
 
 
-def load_prompts(path: str | Path) -> list[str]:
-    """Prompts from JSONL: one {"prompt": ...} object per line."""
-    prompts = jsonl_strings(path, "prompt", "the prompts file")
+def load_prompts(path: str | Path, raw: bool = False) -> list[str]:
+    """Prompts from JSONL: one {"prompt": "..."} object per line, or {"messages": [...]} for a conversation
+    (kept as its JSON text, which the chat template reads as the conversation: engine/decode/prompts.py).
+    `raw` (--raw: each prompt sent as it is) refuses conversations: raw, one would be its JSON text."""
+    prompts = []
+    for n, text in enumerate(jsonl_strings(path, "prompt", "the prompts file", or_list="messages"), 1):
+        if not isinstance(text, str):
+            if raw:
+                raise DFlashError(f"{path}: prompt {n} is a conversation (\"messages\"), which goes through the "
+                                  "chat template; run without --raw.")
+            text = json.dumps(text, ensure_ascii=False)
+        prompts.append(text)
     if not prompts:
         raise DFlashError(f"{path}: no prompts in the file.")
     return prompts

@@ -218,7 +218,7 @@ def cmd_bench(args) -> int:
     from engine.decode.prompts import encode_prompt
 
     check_bench_kind(args)
-    texts = load_prompts(args.prompts)
+    texts = load_prompts(args.prompts, raw=args.raw)
     sizes = methods = None
     if args.methods is not None:
         from engine.tools.race import parse_methods

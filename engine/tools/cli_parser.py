@@ -23,7 +23,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     _add_model_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
-    src.add_argument("--prompt-file", help="file holding the prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text (or a chat history: a JSON list of messages)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--raw", action="store_true", help="encode the prompt as plain text, as mlx-lm does")
     fmt.add_argument("--chat", action="store_true", help="apply the chat template (default when there is one)")
@@ -112,7 +112,8 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
 
     b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
     _add_model_args(b)
-    b.add_argument("--prompts", required=True, help='JSONL file, one {"prompt": ...} per line')
+    b.add_argument("--prompts", required=True,
+                   help='JSONL file, one {"prompt": "..."} per line, or {"messages": [...]} for a chat history')
     _add_max_tokens(b)
     b.add_argument("--repeats", type=int, default=1)
     _add_sampling_args(b)

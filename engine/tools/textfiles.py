@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Optional
 
 from engine import json_text
 from engine.errors import DFlashError
@@ -31,8 +32,9 @@ def read_text(path: str | Path, what: str, no_nul: bool = False) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def jsonl_strings(path: str | Path, field: str, what: str) -> list[str]:
-    """The string `field` of every non-empty line of a JSONL file."""
+def jsonl_strings(path: str | Path, field: str, what: str, or_list: Optional[str] = None) -> list[Any]:
+    """The string `field` of every non-empty line of a JSONL file; with `or_list`, a line may hold a
+    non-empty list under that name instead (the list is returned for it)."""
     values = []
     for n, line in enumerate(read_text(path, what).splitlines(), 1):
         if not line.strip():
@@ -41,7 +43,11 @@ def jsonl_strings(path: str | Path, field: str, what: str) -> list[str]:
             record = json_text.loads(line)
         except ValueError:
             raise DFlashError(f"{path}: line {n} is not JSON; expected {{\"{field}\": \"...\"}} per line.") from None
+        if isinstance(record, dict) and or_list and isinstance(record.get(or_list), list) and record[or_list]:
+            values.append(record[or_list])
+            continue
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
-            raise DFlashError(f"{path}: line {n} has no string field '{field}'.")
+            also = f" or a list '{or_list}'" if or_list else ""
+            raise DFlashError(f"{path}: line {n} has no string field '{field}'{also}.")
         values.append(record[field])
     return values
