@@ -83,9 +83,11 @@ def weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def read_drafter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the drafter's weight files (names made canonical); a tensor in two files is refused."""
+def read_drafter_shapes(folder: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Every tensor of the drafter's weight files (names made canonical), and each one's name as the
+    file holds it (for errors); a tensor in two files is refused."""
     found: dict[str, tuple[int, ...]] = {}
+    saved: dict[str, str] = {}
     where: dict[str, Path] = {}
     for path in weight_files(folder):
         for name, shape in read_tensor_shapes(path).items():
@@ -93,8 +95,8 @@ def read_drafter_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
             if key in found:
                 raise CheckpointError(f"{path}: tensor '{name}' is also in {where[key].name}; "
                                       "a drafter's weight files must not overlap.")
-            found[key], where[key] = shape, path
-    return found
+            found[key], saved[key], where[key] = shape, name, path
+    return found, saved
 
 
 def read_tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -115,7 +117,7 @@ def read_tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 def check_drafter_weights(folder: Path, cfg: DrafterConfig, target_vocab: int | None = None) -> None:
     """The weights hold exactly the tensors config.json implies, in their shapes; a DFlash2 drafter's
     codebooks also cover the target's vocabulary (`target_vocab`, when known)."""
-    found = read_drafter_shapes(folder)
+    found, saved = read_drafter_shapes(folder)
     if cfg.selector is None:
         v2 = sorted(name for name in found if any(marker in name for marker in DFLASH2_MARKERS))
         if v2:
@@ -134,22 +136,22 @@ def check_drafter_weights(folder: Path, cfg: DrafterConfig, target_vocab: int | 
         )
     if extra:
         raise CheckpointError(
-            f"{folder}: unexpected tensor '{extra[0]}' ({len(extra)} extra in all) "
+            f"{folder}: unexpected tensor '{saved[extra[0]]}' ({len(extra)} extra in all) "
             f"for the {cfg.num_hidden_layers}-layer {kind} drafter that config.json declares."
         )
     if cfg.selector is not None:
         vocab = max(cfg.vocab_size, target_vocab or 0)
-        for name in CODEBOOKS:
-            rows = found[name + ".weight"][0]
+        for key in (canonical_name(name) for name in CODEBOOKS):
+            rows = found[key][0]
             if rows < vocab:
                 whose = "the target's vocabulary" if target_vocab and target_vocab >= cfg.vocab_size else "'vocab_size'"
                 raise CheckpointError(
-                    f"{folder}: tensor '{name}' has {rows} rows but {whose} has {vocab} ids; the candidate "
+                    f"{folder}: tensor '{saved[key]}' has {rows} rows but {whose} has {vocab} ids; the candidate "
                     "selector cannot score every token the drafter may propose.")
     for name, shape in expected.items():
         if found[name] != shape:
             raise CheckpointError(
-                f"{folder}: tensor '{name}' has shape {list(found[name])}, "
+                f"{folder}: tensor '{saved[name]}' has shape {list(found[name])}, "
                 f"but config.json implies {list(shape)}."
             )
 
