@@ -281,6 +281,17 @@ def test_block_size_one_runs(qwen3_tied_dirs, capsys):
     assert ", tau " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, says", [(["generate", "--block-size", "1.5"], "'1.5' is not a whole number or 'auto'"),
+                                         (["bench", "--prompts", "p.jsonl", "--max-tokens", "abc"], "invalid int value"),
+                                         (["nosuch"], "invalid choice: 'nosuch'")])
+def test_a_flag_argparse_cannot_read_is_one_line(argv, says, capsys):
+    """As every other bad input: one line and exit 2 (argparse printed its whole usage above it)."""
+    with pytest.raises(SystemExit) as done:
+        cli(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and says in err and err.count("\n") == 1 and "usage:" not in err
+
+
 def test_lone_surrogate_prompt_is_refused(qwen3_tied_dirs, capsys):
     for fmt in ("--raw", "--chat"):
         assert cli(["generate", *pair_args(qwen3_tied_dirs), "--prompt", "a\udc80b", fmt]) == 2

@@ -91,9 +91,17 @@ def _add_draft_context(p: argparse.ArgumentParser) -> None:
                         "none with --draft-window 0)")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A flag argparse cannot read is one line and exit 2, as every other bad input is (argparse printed
+    the whole usage, nine lines for generate, above the line that says what was wrong)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.ArgumentParser:
     """The engine's subcommands; `add_more(subparsers)` adds others (app/cli.py: train-drafter, gui)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="dflash-playground",
         description="DFlash block-diffusion speculative decoding on MLX. With no command, opens the window.",
     )
