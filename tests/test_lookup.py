@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from engine.decode.lookup import LookupGate, LookupIndex, CopyJudge, common_prefix, draft_length
+from engine.decode.lookup import LookupGate, LookupIndex, CopyJudge, common_prefix, copy_cap, draft_length
 
 
 def _reference(seq: list[int], min_n: int, max_n: int, max_draft: int, cap: int):
@@ -232,6 +232,22 @@ def test_draft_length():
     assert [draft_length(m, 32) for m in (8, 12, 16, 64)] == [16, 24, 32, 32]  # deep: 2m up to the cap
     assert draft_length(3, 2) == 2 and draft_length(40, 0) == 0
     assert draft_length(5, 32, short=2, long_from=4) == 10
+
+
+def test_a_copy_is_as_long_as_this_machines_verify_costs_make_pay():
+    """copy_cap: where a verify costs little more than a step (the demo target on a CPU, measured: 23 ms for
+    1 token, 31 ms for 16) a deep match keeps draft_length's 2m; where each position costs a fifth of a
+    step (a bfloat16 target on a CPU, measured: 64 ms for 1, 278 ms for 16) copies are cut short, and a
+    shallow one no verify pays for gets none. Past the curve's longest verify, its mean slope prices them."""
+    flat = [23.05, 26.0, 26.15, 26.15, 26.15, 26.15, 27.4, 28.01, 28.34, 28.55, 29.68, 29.68, 30.96, 30.96, 30.96,
+            30.96]
+    steep = [63.92, 78.75, 94.04, 106.76, 124.38, 137.99, 155.25, 166.21, 182.09, 202.79, 217.05, 225.84, 241.9,
+             253.63, 266.39, 277.87]
+    assert [draft_length(m, copy_cap(flat, m, 32)) for m in (8, 12, 16)] == [16, 24, 32]  # as without a curve
+    assert all(copy_cap(steep, m, 32) < copy_cap(flat, m, 32) for m in (1, 8, 16, 64))
+    assert 1 <= copy_cap(steep, 8, 32) <= 8  # an 18-token copy had cost 10 AR steps for 2 tokens
+    assert copy_cap([10.0, 30.0, 50.0], 1, 32) == 0  # each position dearer than the step it could save
+    assert copy_cap([10.0], 16, 32) == 32  # one verify length measured: the rest priced as flat
 
 
 def test_gate_parks_long_drafts_after_repeated_poor_acceptance_and_probes_later():

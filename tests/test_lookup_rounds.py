@@ -171,3 +171,31 @@ def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_dirs, oracle
     assert mixed.token_ids == ar.token_ids and any(r.source == "lookup" for r in rounds)
     # between rounds the anchor is not fed yet (-1); inside a stretch the next step is already queued (0)
     assert set(ahead) == {-1, 0} and ahead.count(0) > 5
+
+
+def test_a_copy_is_as_long_as_the_cost_curve_makes_pay(alternating_dirs, oracle_ids, monkeypatch):
+    """With auto the cost curve prices a copy's length: where each verified position costs over half a step
+    (a bfloat16 or 4-bit target on a CPU comes near it), copies stay short instead of verifying up to 32
+    tokens (an 18-token copy there cost 10 AR steps and committed 2). Outputs stay AR's."""
+    import engine.decode.speculative as speculative
+    from engine.decode.curve import CostCurve
+    from engine.decode.lookup import DEPTH_CAP, copy_cap
+    from engine.decode.verify_length import VerifyLengthController
+
+    steep = CostCurve(target="t", device="cpu", blas="x", block=16, repeats=1, ar_step_ms=10.0,
+                      verify_ms=[10.0 + 6.0 * n for n in range(16)], draft_ms=5.0, measured_at=0.0)
+
+    def cached(pair, **kwargs):  # this machine's curve, as a cached one comes: no measuring
+        return steep, True
+        yield
+
+    monkeypatch.setattr(speculative, "cost_curve_steps", cached)
+    monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)  # the drafter never pays here
+    pair = load_pair(*alternating_dirs)
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    priced, rounds = run(pair, ids, max_tokens=80, auto=True, lookup=True)
+    assert priced.token_ids == ar.token_ids
+    copies = [len(r.drafted) for r in rounds if r.source == "lookup"]
+    longest = max(copy_cap(steep.verify_ms, m, LOOKUP_MAX_DRAFT) for m in range(1, DEPTH_CAP + 1))
+    assert copies and max(copies) <= longest <= 8  # with a flat curve they ran past 16 (the test above)

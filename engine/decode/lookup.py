@@ -162,7 +162,7 @@ def draft_length(match_depth: int, cap: int, *, short: int = SHORT_DRAFT, long_f
     average: long enough to take a real copy in a few rounds, short enough that a copy breaking
     early wastes at most a verify of 2m. The factor is the one DS publishes (m >= 8 earns
     min(32, 2m)). What an extra verify position costs is the cost curve's business: the caller
-    sets `cap` from it.
+    sets `cap` from it (copy_cap).
     Why a short draft below `long_from`: in code a few agreeing tokens are mostly boilerplate
     (`    def __init__(self`, `return self.`) that diverges at the next name, so such a match gets
     a few tokens, enough to win when it is a real copy's first round and cheap when it is not.
@@ -172,6 +172,30 @@ def draft_length(match_depth: int, cap: int, *, short: int = SHORT_DRAFT, long_f
     if match_depth >= long_from:
         return min(cap, 2 * match_depth)
     return min(cap, short)
+
+
+def copy_cap(verify_ms: list[float], match_depth: int, longest: int) -> int:
+    """The copy length (1..longest drafts) that commits the most tokens per millisecond at these verify
+    costs (verify_ms[L - 1]: a verify of L tokens at the round's depth), or 0 where none beats a plain
+    step (a verify of the anchor alone). A copy of L drafts commits about 1 + sum over k <= L of
+    m / (m + k) tokens (draft_length's scale-free guess, m the match depth) and costs a verify of L + 1,
+    priced past the longest measured one along the curve's mean slope. Where a verify costs little
+    more than a step (the demo target on a CPU: 16 tokens for 1.4 steps) this keeps draft_length's 2m;
+    where it costs many (a bfloat16 or 4-bit target on a CPU: 8-10 steps for 16 tokens), a copy
+    verified whole had cost more than it committed (an 18-token copy: 10 AR steps for 2 tokens)."""
+    slope = (verify_ms[-1] - verify_ms[0]) / (len(verify_ms) - 1) if len(verify_ms) > 1 else 0.0
+
+    def verify(n: int) -> float:
+        return verify_ms[n - 1] if n <= len(verify_ms) else verify_ms[-1] + slope * (n - len(verify_ms))
+
+    m = max(match_depth, 1)
+    best, best_rate, expected = 0, 1.0 / verify_ms[0], 1.0
+    for length in range(1, longest + 1):
+        expected += m / (m + length)
+        rate = expected / verify(length + 1)
+        if rate > best_rate:
+            best, best_rate = length, rate
+    return best
 
 
 class LookupGate:

@@ -22,8 +22,9 @@ from typing import Optional
 
 import mlx.core as mx
 
+from engine.decode.curve import CostCurve
 from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate, LookupIndex, LookupMatch,
-                                  common_prefix, draft_length)
+                                  common_prefix, copy_cap, draft_length)
 from engine.decode.events import DRAFT_MODEL, DRAFTER, LOOKUP
 from engine.decode.proposal import Proposal, propose
 from engine.decode.sampling import Sampler
@@ -77,6 +78,9 @@ class DrafterProposer:
         return max((c.keys.shape[2] for c in self.cache if c.keys is not None), default=0)
 
 
+PRICE_EVERY = 64  # context tokens between two pricings of copies against the cost curve
+
+
 class LookupProposer:
     """Context lookup: the continuation of the latest earlier occurrence of the text just written,
     as long as the match runs deep (engine/decode/lookup.py). A copy has no distribution of its
@@ -91,6 +95,26 @@ class LookupProposer:
         self.index.extend(list(prompt_ids))
         self.gate = LookupGate()
         self.vocab_size, self.sampler = vocab_size, sampler
+        self.curve: Optional[CostCurve] = None  # --block-size auto's cost curve: copies priced by it
+        self.caps: dict[int, int] = {}  # copy_cap by match depth, at the depth priced last
+        self.priced_at = -1
+
+    def price_copies(self, curve: CostCurve) -> None:
+        """From now on a copy is as long as this machine's verify costs make pay (lookup.copy_cap)."""
+        self.curve, self.priced_at = curve, -1
+
+    def cap(self, match_depth: int) -> int:
+        """The longest copy worth verifying for a match this deep, at the context's depth (priced again
+        every PRICE_EVERY tokens: the curve moves slowly with depth, and a match is looked up several
+        times a round and at every plain step)."""
+        if self.curve is None:
+            return LOOKUP_MAX_DRAFT
+        depth = len(self.index) // PRICE_EVERY * PRICE_EVERY
+        if depth != self.priced_at:
+            self.priced_at, self.caps, self.verify_ms = depth, {}, self.curve.at(depth).verify_ms
+        if match_depth not in self.caps:
+            self.caps[match_depth] = copy_cap(self.verify_ms, match_depth, LOOKUP_MAX_DRAFT)
+        return self.caps[match_depth]
 
     def prefill(self) -> None:
         """The prompt is in the index already."""
@@ -107,7 +131,8 @@ class LookupProposer:
         found = self.index.propose(LOOKUP_MAX_DRAFT)
         if found is None:
             return None
-        n = min(self.gate.limit(draft_length(found.match_depth, LOOKUP_MAX_DRAFT)), limit, len(found.tokens))
+        cap = self.cap(found.match_depth)
+        n = min(self.gate.limit(draft_length(found.match_depth, cap)), limit, len(found.tokens))
         return (found, n) if n > 0 else None
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
@@ -213,6 +238,9 @@ class LookupThenDrafter:
         """Whether a match is checked against the drafter's block: deep, or shallow while the shallow
         judge prefers copies."""
         return found is not None and (found[0].match_depth >= LONG_FROM or self.shallow_judge.prefers_copy())
+
+    def price_copies(self, curve: CostCurve) -> None:
+        self.lookup.price_copies(curve)
 
     def copy_ready(self) -> bool:
         """Whether a copy would be considered now (auto's plain steps end there)."""

@@ -78,6 +78,9 @@ class SpeculativeDecoder(Decoder):
         except CalibrationCancelled:
             return False
         self.verify_length = VerifyLengthController(curve, self.block)
+        price = getattr(self.proposer, "price_copies", None)  # --lookup: copies as long as they pay here
+        if price is not None:
+            price(curve)
         return True
 
     def prefill(self):

@@ -39,6 +39,12 @@ def _range_cell(row: dict) -> str:
     return f"{spread[0]:.2f}-{spread[1]:.2f}x".rjust(14) if spread else ""
 
 
+def ratio_text(speedup: float) -> str:
+    """A speedup as '1.23x'; one below AR keeps a third digit where two would read 1.00x (a prompt counted
+    below AR was printed as 1.00x)."""
+    return f"{speedup:.3f}x" if speedup < 1.0 and round(speedup, 2) >= 1.0 else f"{speedup:.2f}x"
+
+
 def below_ar(drafted: list[dict]) -> str:
     """How many prompts ran below AR, and how many of those ran above it in some repeat."""
     below = [r for r in drafted if r["speedup"] < 1.0]
@@ -85,7 +91,7 @@ def print_bench(result: dict, with_mlx_lm: bool, greedy: bool) -> None:
         worst = min(drafted, key=lambda r: r["speedup"])
         tau = worst["mean_acceptance_length"]  # None when no round drafted (block size 1, auto gone plain)
         number = result["per_prompt"].index(worst) + 1  # pasted files often start alike: the line says which
-        print(f"worst prompt: #{number}, {worst['speedup']:.2f}x"
+        print(f"worst prompt: #{number}, {ratio_text(worst['speedup'])}"
               + (f" (tau {tau:.2f})" if tau is not None else "") + f" {worst['prompt'][:40]!r}; {below_ar(drafted)}")
     tau = result["mean_acceptance_length"]
     if tau is not None and tau < NOTHING_ACCEPTED_TAU:
@@ -146,7 +152,7 @@ def print_compared(result: dict) -> None:
         print(label.ljust(32) + _ar_cell(result, cells[0], 10, overall=cells is drafters) + figures)
     worst = [min((r for r in d["per_prompt"] if r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
              for d in drafters]
-    print("worst prompt: " + "; ".join(f"{n}: {w['speedup']:.2f}x ({w['prompt'][:24]!r})"
+    print("worst prompt: " + "; ".join(f"{n}: {ratio_text(w['speedup'])} ({w['prompt'][:24]!r})"
                                        for n, w in zip(names, worst) if w is not None))
 
 

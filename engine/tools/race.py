@@ -22,7 +22,7 @@ from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
 from engine.runtime import blas
 from engine.tools.bench import check_prompts, figures, mlx_lm_responses, ratio_range, speedup_range, warm_up
-from engine.tools.bench_report import ar_cell, below_ar, decoded, prompt_label, say_no_rounds
+from engine.tools.bench_report import ar_cell, below_ar, decoded, prompt_label, ratio_text, say_no_rounds
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
 METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
@@ -279,7 +279,7 @@ def print_race(result: dict) -> None:
         drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
         if drafted:
             worst = min(drafted, key=lambda r: r["speedup"])
-            print(f"worst prompt for {m}: {worst['speedup']:.2f}x {worst['prompt'][:40]!r}; {below_ar(drafted)}")
+            print(f"worst prompt for {m}: {ratio_text(worst['speedup'])} {worst['prompt'][:40]!r}; {below_ar(drafted)}")
     if "mlx_lm_speculative_tok_s" in result:
         ratio = result["draft_model_vs_mlx_lm"]
         print(f"mlx-lm speculative generation with the same draft model: {result['mlx_lm_speculative_tok_s'] or 0:.1f} "
