@@ -230,7 +230,24 @@ def test_quantized_weights_under_a_config_without_quantization_are_named(quantiz
     assert report.ok and report.facts["target_quantization"].startswith("4 bits, group 32, ")
     assert report.facts["target_quantization"].endswith(("affine", "mxfp4"))
     assert any("MLX multiplies quantized weights" in w for w in report.warnings)  # this CPU: verifies cost more
+    assert not any("16-bit floats" in w for w in report.warnings)  # the quantized line says it (bf16 scales aside)
     assert "target_quantization" not in check_pair(*qwen3_tied_dirs).facts
+
+
+def test_a_16_bit_target_on_the_cpu_is_told_what_it_costs_there(qwen3_tied_dirs, models_root, tokenizer_dir):
+    """bfloat16 weights on MLX's CPU: the demo target decoded DFlash at 0.43x its float32 speed (AR 0.74x):
+    doctor says so and how to make a float32 copy; a float32 target hears nothing of it."""
+    from engine.models.doctor import check_pair
+
+    folder = models_root / "bf16-target"
+    if not folder.exists():
+        tm.write_target(folder, tokenizer_dir, seed=31, dtype=mx.bfloat16)
+    report = check_pair(folder, None)
+    assert report.ok and report.facts["target_weights_dtype"] == "BF16"
+    half = [w for w in report.warnings if "16-bit floats" in w]
+    assert len(half) == 1 and "bfloat16" in half[0] and f"--hf-path {folder} " in half[0] and "--dtype float32" in half[0]
+    report = check_pair(*qwen3_tied_dirs)
+    assert report.facts["target_weights_dtype"] == "F32" and not any("16-bit floats" in w for w in report.warnings)
 
 
 def test_a_drafter_trained_for_the_unquantized_model_is_not_written_off(quantized_dirs, tmp_path):

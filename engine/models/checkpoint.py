@@ -114,6 +114,14 @@ def read_tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         ) from None
 
 
+def tensor_dtype(path: Path, name: str) -> str:
+    """One tensor's dtype as its safetensors header names it (BF16, F16, F32; U32 for packed quantized weights)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        return str(f.get_slice(name).get_dtype())
+
+
 def check_drafter_weights(folder: Path, cfg: DrafterConfig, target_vocab: int | None = None) -> None:
     """The weights hold exactly the tensors config.json implies, in their shapes; a DFlash2 drafter's
     codebooks also cover the target's vocabulary (`target_vocab`, when known)."""
