@@ -97,7 +97,7 @@ class LookupProposer:
         self.vocab_size, self.sampler = vocab_size, sampler
         self.curve: Optional[CostCurve] = None  # --block-size auto's cost curve: copies priced by it
         self.caps: dict[int, int] = {}  # copy_cap by match depth, at the depth priced last
-        self.priced_at = -1
+        self.priced_at, self.verify_ms = -1, [1.0]  # that depth, and the curve's verify costs there
 
     def price_copies(self, curve: CostCurve) -> None:
         """From now on a copy is as long as this machine's verify costs make pay (lookup.copy_cap)."""

@@ -94,8 +94,8 @@ class RoundRecorder:
 
     def table_fields(self, proposal: Proposal, logits: mx.array, queued: list[mx.array]) -> dict[str, Any]:
         """The round event's table fields from the evaluated `queued` graphs; on the host, none yet:
-        their computation starts on the host-tables thread from copies of the evaluated logits, and
-        `emit` gives the round out with them."""
+        their computation starts on the host-tables thread from views of the evaluated logits, and
+        `emit` gives the round out with them. A copy's drafts (no drafter logits) get the target's side."""
         n = proposal.drafts.size
         if not n:
             return {}
