@@ -239,7 +239,7 @@ def test_a_16_bit_target_on_the_cpu_is_told_what_it_costs_there(qwen3_tied_dirs,
     doctor says so and how to make a float32 copy; a float32 target hears nothing of it."""
     from engine.models.doctor import check_pair
 
-    folder = models_root / "bf16-target"
+    folder = models_root / "bf16-doctor-target"  # its own name: conftest pairs "bf16-target" with a drafter
     if not folder.exists():
         tm.write_target(folder, tokenizer_dir, seed=31, dtype=mx.bfloat16)
     report = check_pair(folder, None)
