@@ -462,8 +462,21 @@ def test_both_mode_stopped_while_dflash_measures_keeps_ars_figures(qtbot, make_w
     figures are its own (they read 'tok/s: –, tokens: 0, peak: 0 MB'; QA pass)."""
     from engine.decode import cost_curve as cc
 
+    from engine.decode import speculative
+
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    measure = speculative.cost_curve_steps
+
+    def held_after_first_step(*args, cancel, **kwargs):
+        """The measurement waits at its first step for the window's Stop: on a cold first run the
+        worker finished measuring and decoding before the window read the first progress event."""
+        steps = measure(*args, cancel=cancel, **kwargs)
+        yield next(steps)
+        assert cancel.wait(30), "the window never stopped the run"
+        return (yield from steps)
+
+    monkeypatch.setattr(speculative, "cost_curve_steps", held_after_first_step)
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="both", block_size=4, block_auto=True)
     w.statusBar().messageChanged.connect(lambda m: "measuring the cost curve" in m and w.stop())

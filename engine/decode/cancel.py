@@ -17,3 +17,7 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until cancelled or timeout seconds pass; True when cancelled."""
+        return self._event.wait(timeout)
