@@ -11,7 +11,7 @@ from engine.decode.curve import CostCurve, fitted
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import SamplingSettings
 from engine.decode.events import PLAIN
-from engine.decode.verify_length import PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
+from engine.decode.verify_length import PROBE_COST, PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
 from conftest import PROMPTS
 from helpers import assert_same_distribution, run
@@ -37,6 +37,35 @@ def test_a_drafter_that_never_hits_is_skipped_and_probed_ever_less_often():
     probes = [i for i, k in enumerate(picks) if k == PROBE_LENGTH and i > 10]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps and gaps == sorted(gaps) and gaps[0] >= PROBE_FIRST  # probes grow rarer
+
+
+def _probes(curve, rounds=400) -> list[int]:
+    """The rounds auto drafts in, for a drafter that never hits."""
+    c = VerifyLengthController(curve, 16)
+    picks = []
+    for _ in range(rounds):
+        k = c.choose(1000)
+        picks.append(k)
+        c.record(k - 1, 0)
+    return [i for i, k in enumerate(picks) if k > 1]
+
+
+def test_probes_that_cost_more_come_less_often():
+    """A 4-bit target at 151,936 rows on a CPU: a probe costs 4.5 AR steps, not the demo pairs' 1.4. Probed
+    on the demo pairs' schedule, a 128-token run spent a sixth of its time probing a drafter that never
+    paid; probes come that many times less often, so probing costs about the same share of a run
+    whatever a probe costs. The demo pairs' schedule is unchanged."""
+    cheap, dear = _curve(), _curve(draft=20.0, verify_growth=0.5)
+    cost = {name: c.round_ms(PROBE_LENGTH, whole_block=False) / c.ar_step_ms for name, c in
+            (("cheap", cheap), ("dear", dear))}
+    assert cost["cheap"] <= PROBE_COST < 2 * PROBE_COST < cost["dear"]
+    cheap_probes = [i for i in _probes(cheap) if i >= 11]  # before that, auto drafts on its prior
+    cheap_gaps = [b - a for a, b in zip(cheap_probes, cheap_probes[1:])]
+    dear_probes = _probes(dear)
+    dear_gaps = [b - a for a, b in zip(dear_probes, dear_probes[1:])]
+    assert cheap_gaps[:4] == [PROBE_FIRST * 2 ** i for i in range(4)]
+    stretch = round(cost["dear"] / PROBE_COST)
+    assert stretch == 3 and dear_gaps[:3] == [stretch * g for g in cheap_gaps[1:4]]
 
 
 def test_timing_noise_cannot_make_a_longer_verify_look_cheaper():
