@@ -90,6 +90,7 @@ class PairInfo:
     has_chat_template: bool
     has_thinking: bool
     token_table: list[str]
+    vocab_size: int  # the target's logits: top-k ranges below it
 
 
 @dataclass

@@ -165,6 +165,7 @@ class Worker(QObject):
             has_chat_template=bool(pair.tokenizer.has_chat_template),
             has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
             token_table=build_token_table(pair.tokenizer, len(pair.tokenizer)),
+            vocab_size=int(pair.head.vocab_size),
         )
         self.pair, self.pair_key, self.info = pair, (target, drafter), info
 

@@ -417,3 +417,20 @@ def test_thinking_goes_with_the_chat_template_only(qtbot, make_window):
     assert p.thinking_flag() is None
     p.format.setCurrentIndex(p.format.findData("chat"))
     assert p.thinking_flag() is True
+
+
+def test_top_k_ranges_over_the_loaded_vocabulary(qtbot, make_window, qwen3_tied_dirs):
+    """The Top-k box took up to 1,000,000 and Run then named the vocabulary's limit (QA pass): loading a
+    pair bounds it by that target's vocabulary, and a value past it is cut to the bound with a notice."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, "print('hello')", top_k=200_000)
+    with qtbot.waitSignal(w.load_finished, timeout=30_000):
+        w.start_load()
+    vocab = w.loaded.vocab_size
+    assert vocab < 200_000 and w.prompt.top_k.maximum() == vocab - 1 == w.prompt.top_k.value()
+    assert any("top-k 200,000" in n and f"{vocab:,} tokens" in n for n in w.notices)
+    w.prompt.top_k.setValue(10)
+    notices = len(w.notices)
+    with qtbot.waitSignal(w.load_finished, timeout=30_000):
+        w.start_load()
+    assert w.prompt.top_k.value() == 10 and len(w.notices) == notices  # within the bound: left alone
