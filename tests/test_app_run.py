@@ -372,17 +372,18 @@ def test_a_second_run_of_the_prompt_reuses_its_prefill_and_says_so(qtbot, make_w
 
 
 def test_a_refused_run_leaves_the_kept_prefill_for_the_next(qtbot, make_window, qwen3_tied_dirs):
-    """A setting the engine refuses (top-k past the vocabulary, max tokens past the context) stops a run
-    before it touches the caches: the next run still starts from the last run's prefill (it was thrown
-    away, and a long prompt was prefilled again for one mistyped box)."""
+    """A setting the engine refuses (max tokens past the context; top-k past the vocabulary was the
+    other, before the box was bounded by it) stops a run before it touches the caches: the next run
+    still starts from the last run's prefill (it was thrown away, and a long prompt was prefilled
+    again for one mistyped box)."""
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[1], max_tokens=8, mode="dflash")
     run_and_wait(qtbot, w)
     n = w.current_run.summary.prompt_tokens
-    for box, bad, good in ((w.prompt.top_k, 999_999, 0), (w.prompt.max_tokens, 1_000_000, 8)):
+    for box, bad, good in ((w.prompt.max_tokens, 1_000_000, 8), (w.prompt.max_tokens, 999_999, 8)):
         box.setValue(bad)
         run_and_wait(qtbot, w)
-        assert len(w.errors) == 1 and ("top-k" in w.errors[0] or "context" in w.errors[0]), w.errors
+        assert len(w.errors) == 1 and "context" in w.errors[0], w.errors
         w.errors.clear()
         box.setValue(good)
         run_and_wait(qtbot, w)

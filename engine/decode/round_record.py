@@ -73,8 +73,10 @@ class RoundRecorder:
     def __init__(self, on_host: bool):
         self.on_host = on_host  # tables in numpy (MLX runs on the CPU), on the host-tables thread
         self.marks: dict[str, float] = {}
-        self.computing: Optional[Future] = None  # the host tables of the round being recorded
-        self.held: Optional[tuple[RoundEvent, Event, Future]] = None  # a round, its text, its tables
+        # the host tables of the round being recorded, and the views they read: kept here so the MLX
+        # arrays behind them are freed on the decode thread, after the tables are read, not on theirs
+        self.computing: Optional[tuple[Future, tuple]] = None
+        self.held: Optional[tuple[RoundEvent, Event, tuple[Future, tuple]]] = None  # a round, its text, its tables
 
     def mark(self, stage: str) -> None:
         self.marks[stage] = time.perf_counter()
@@ -102,9 +104,9 @@ class RoundRecorder:
         if self.on_host:
             s = proposal.selection
             selection = None if s is None else (np.array(s.scores), np.array(s.candidates), np.array(s.plain_top))
-            draft_logits = None if proposal.logits is None else _host_view(proposal.logits)
-            self.computing = _host_tables().submit(_tables_on_host, draft_logits, _host_view(logits),
-                                                   np.array(proposal.drafts), selection)
+            views = (None if proposal.logits is None else _host_view(proposal.logits), _host_view(logits))
+            future = _host_tables().submit(_tables_on_host, *views, np.array(proposal.drafts), selection)
+            self.computing = (future, views)
             return {}
         why, selector = queued[0], (queued[1:] or None)
         fields = as_lists(why.tolist())
@@ -138,6 +140,8 @@ class RoundRecorder:
         """The held round, its tables filled in, and its text (nothing when none is held)."""
         if self.held is None:
             return
-        (event, text, tables), self.held = self.held, None
-        yield replace(event, **tables.result())
+        (event, text, (tables, views)), self.held = self.held, None
+        fields = tables.result()
+        del views  # the arrays they hold are freed here, on the decode thread (their last reference)
+        yield replace(event, **fields)
         yield text
