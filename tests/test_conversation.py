@@ -89,3 +89,38 @@ def test_the_commands_take_conversations(chat_dirs, tmp_path, capsys):
     assert cli(["generate", *pair, "--prompt-file", str(bad), "--max-tokens", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert "not valid JSON" in err and len(err.splitlines()) == 1 and "unexpected" not in err
+
+
+def test_a_conversation_is_never_sent_as_its_json_without_being_asked(chat_dirs, models_root, tokenizer_dir, tmp_path,
+                                                                     capsys):
+    """Two ways a conversation went in as JSON text with no word (a review): a tokenizer without a chat
+    template (auto fell back to raw), and bench lines whose messages have no roles (ShareGPT's
+    "from"/"value", read as one user message). Raw, asked for, still sends the JSON as it is."""
+    target = models_root / "no-chat-target"
+    if not target.exists():
+        tok = tmp_path / "no-chat-tokenizer"
+        tok.mkdir()
+        for name in tm.TOKENIZER_FILES:
+            shutil.copy(tokenizer_dir / name, tok / name)
+        config = json.loads((tok / "tokenizer_config.json").read_text())
+        config.pop("chat_template")
+        (tok / "tokenizer_config.json").write_text(json.dumps(config))
+        tm.write_target(target, tok, seed=23)
+    plain = load_pair(target, None).tokenizer
+    assert not plain.has_chat_template
+    text = json.dumps(CHAT)
+    with pytest.raises(SettingsError, match="no chat template") as refused:
+        encode_prompt(plain, text)
+    assert "--raw" in str(refused.value)
+    assert encode_prompt(plain, text, chat=False) == list(plain.encode(text))
+    assert encode_prompt(plain, "Explain [this] list") == list(plain.encode("Explain [this] list"))
+
+    target, drafter = chat_dirs
+    pair = ["--target", str(target), "--drafter", str(drafter)]
+    for messages, says in (([{"from": "human", "value": "hi"}], 'message 1 of the conversation needs a "role"'),
+                           ([], "has no string field 'prompt' or a non-empty list 'messages'")):
+        prompts = tmp_path / "prompts.jsonl"
+        prompts.write_text(json.dumps({"prompt": "def add(a, b):"}) + "\n" + json.dumps({"messages": messages}) + "\n")
+        assert cli(["bench", *pair, "--prompts", str(prompts), "--max-tokens", "8"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1 and "unexpected" not in err, err

@@ -36,32 +36,50 @@ def check_text(text: str) -> None:
                             "remove it or give the prompt as UTF-8.")
 
 
+def looks_like_conversation(text: str) -> bool:
+    """Whether the text begins as a conversation would (a JSON list with "role" keys)."""
+    stripped = text.strip()
+    return stripped.startswith("[") and '"role"' in stripped
+
+
 def conversation(text: str) -> Optional[list[dict[str, Any]]]:
     """The messages of a prompt written as a conversation (a JSON list of {"role", "content"} objects),
     or None for any other text. Text that begins as one but does not read as one is refused with
     where it went wrong: sent as one user message instead, it would be a silent surprise."""
-    stripped = text.strip()
-    if not (stripped.startswith("[") and '"role"' in stripped):
+    if not looks_like_conversation(text):
         return None
+    stripped = text.strip()
     raw_hint = "; or encode the prompt raw (--raw, the window's Format raw) to send the text as it is."
     try:
         messages = json.loads(stripped)
     except ValueError as exc:
         raise SettingsError(f"the prompt reads as a conversation (a JSON list of messages) but is not valid JSON: "
                             f"{exc}{raw_hint}") from None
+    problem = message_problem(messages)
+    if problem is not None:
+        raise SettingsError(problem + raw_hint)
+    return messages
+
+
+def message_problem(messages: Any) -> Optional[str]:
+    """What keeps parsed JSON from being a conversation, or None when it is one."""
     if not isinstance(messages, list) or not messages:
-        raise SettingsError("a conversation is a JSON list of one or more messages" + raw_hint)
+        return "a conversation is a JSON list of one or more messages"
     for n, m in enumerate(messages, 1):
         if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise SettingsError(f"message {n} of the conversation needs a \"role\" and a \"content\", both text "
-                                f"(as {{\"role\": \"user\", \"content\": \"...\"}})" + raw_hint)
-    return messages
+            return (f"message {n} of the conversation needs a \"role\" and a \"content\", both text "
+                    f"(as {{\"role\": \"user\", \"content\": \"...\"}})")
+    return None
 
 
 def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: Optional[bool] = None) -> list[int]:
     """chat=None uses the chat template when the tokenizer has one."""
     check_text(text)
     use_chat = tokenizer.has_chat_template if chat is None else chat
+    if chat is None and not use_chat and looks_like_conversation(text):  # raw, it would be its JSON text
+        raise SettingsError("the prompt is a conversation (a JSON list of messages) and this tokenizer has no chat "
+                            "template to write it as the model's text; encode it raw (--raw, the window's Format "
+                            "raw) to send the JSON as it is.")
     if thinking is not None and not use_chat:  # it was silently dropped
         raise SettingsError("thinking on/off is an option of the chat template, and this prompt is encoded as "
                             + ("raw text" if chat is False else "raw text (this tokenizer has no chat template)")

@@ -16,6 +16,7 @@ from engine.decode.stats import RoundStats
 from engine.decode.cancel import CancelToken
 from engine.decode.decoder import generate
 from engine.decode.prefill import check_prompt
+from engine.decode.prompts import message_problem
 from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.tools.parity import round_in_ar_steps
 from engine.models.pair import LoadedPair, activate
@@ -32,6 +33,9 @@ def load_prompts(path: str | Path, raw: bool = False) -> list[str]:
             if raw:
                 raise DFlashError(f"{path}: prompt {n} is a conversation (\"messages\"), which goes through the "
                                   "chat template; run without --raw.")
+            problem = message_problem(text)  # ShareGPT's "from"/"value" would go in as one message of JSON
+            if problem is not None:
+                raise DFlashError(f"{path}: prompt {n}: {problem}.")
             text = json.dumps(text, ensure_ascii=False)
         prompts.append(text)
     if not prompts:

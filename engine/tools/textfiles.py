@@ -47,7 +47,7 @@ def jsonl_strings(path: str | Path, field: str, what: str, or_list: Optional[str
             values.append(record[or_list])
             continue
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
-            also = f" or a list '{or_list}'" if or_list else ""
+            also = f" or a non-empty list '{or_list}'" if or_list else ""
             raise DFlashError(f"{path}: line {n} has no string field '{field}'{also}.")
         values.append(record[field])
     return values
