@@ -134,8 +134,8 @@ def test_bench_says_which_prompts_below_ar_ran_above_it_in_a_repeat():
     assert below_ar(rows[1:2]) == "1 of 1 prompts below AR"
     from engine.tools.bench_report import ratio_text  # a prompt counted below AR never reads 1.00x
 
-    assert [ratio_text(x) for x in (0.999, 0.994, 0.9949, 1.004, 2.5)] == ["0.999x", "0.99x", "0.99x", "1.00x",
-                                                                         "2.50x"]
+    assert [ratio_text(x) for x in (0.999, 0.9996, 0.994, 0.9949, 1.004, 2.5)] == ["0.999x", "0.999x", "0.99x",
+                                                                                 "0.99x", "1.00x", "2.50x"]
 
 
 def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):

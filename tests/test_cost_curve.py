@@ -103,6 +103,10 @@ def test_calibrate_command(qwen3_tied_dirs, capsys):
                 "--json"]) == 0
     auto = json.loads(capsys.readouterr().out)
     assert auto["block"] == default["block"] == len(auto["verify_ms"]) > 3 and auto["cached"]
+    # without a drafter no run uses auto (lookup and AR have no verify length to choose): said, not measured
+    assert cli(["calibrate", "--target", str(t), "--block-size", "auto", "--repeats", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "without a drafter no run uses it" in err and len(err.splitlines()) == 1
 
 
 def test_more_sweeps_take_the_repeats_then_what_fits_in_the_budget():

@@ -239,13 +239,14 @@ def test_a_16_bit_target_on_the_cpu_is_told_what_it_costs_there(qwen3_tied_dirs,
     doctor says so and how to make a float32 copy; a float32 target hears nothing of it."""
     from engine.models.doctor import check_pair
 
-    folder = models_root / "bf16-doctor-target"  # its own name: conftest pairs "bf16-target" with a drafter
+    # its own name (conftest pairs "bf16-target" with a drafter), with a space: the command must quote it
+    folder = models_root / "bf16 doctor target"
     if not folder.exists():
         tm.write_target(folder, tokenizer_dir, seed=31, dtype=mx.bfloat16)
     report = check_pair(folder, None)
     assert report.ok and report.facts["target_weights_dtype"] == "BF16"
     half = [w for w in report.warnings if "16-bit floats" in w]
-    assert len(half) == 1 and "bfloat16" in half[0] and f"--hf-path {folder} " in half[0] and "--dtype float32" in half[0]
+    assert len(half) == 1 and "bfloat16" in half[0] and f"--hf-path '{folder}' " in half[0] and "--dtype float32" in half[0]
     report = check_pair(*qwen3_tied_dirs)
     assert report.facts["target_weights_dtype"] == "F32" and not any("16-bit floats" in w for w in report.warnings)
 

@@ -41,8 +41,8 @@ PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is FIRST_PRIOR, a_
 FIRST_PRIOR = 0.5
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
-# What a probe costs on the demo pairs on a CPU (a draft and a verify of 4: 1.4 AR steps), the cost the
-# probe schedule above was chosen for. Where one costs more, probes come that much less often: the
+# A probe's cost, in AR steps, that the probe schedule above was chosen for: on the demo pairs on a CPU
+# a draft and a verify of 4 cost 1.4, and up to this the schedule is kept as it is. Where one costs more, probes come that much less often: the
 # DFlash2 demo pair padded to 151,936 rows, target 4-bit, on a CPU (a probe 4.2 AR steps, its drafts
 # through the quantized head), auto with lookup, the two schedules side by side with AR on 31 tune
 # prompts: 0.935x -> 0.965x AR overall, worst prompt 0.68x -> 0.77x. Where the drafter never pays there,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -364,6 +365,7 @@ def check_pair(target: str | Path, drafter: str | Path | None, download: bool = 
     if dims is not None and dims.get("quantization") and STREAM.device == mx.cpu:  # target_quantization: from dims
         report.warnings.append(QUANTIZED_ON_CPU)
     elif dims is not None and dims.get("weights_dtype") in HALF_DTYPES and STREAM.device == mx.cpu:
-        report.warnings.append(HALF_ON_CPU.format(dtype=HALF_DTYPES[dims["weights_dtype"]], target=target_path))
+        report.warnings.append(HALF_ON_CPU.format(dtype=HALF_DTYPES[dims["weights_dtype"]],
+                                                   target=shlex.quote(str(target_path))))
     report.ok = not report.problems
     return report

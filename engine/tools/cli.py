@@ -301,6 +301,10 @@ def cmd_calibrate(args) -> int:
 
     pair = _load(args)
     if args.block_size == "auto":  # the curve auto runs use: up to the drafter's block
+        if pair.drafter is None:
+            raise DFlashError("--block-size auto measures the curve DFlash's auto verify length uses, up to the "
+                              "drafter's block; without a drafter no run uses it: give --drafter, or a block "
+                              "size (1..64).")
         args.block_size = None
     # the checks a run makes (a window and sink in range, a block the drafter can draft; without a
     # drafter, the curve's own 1..64): a curve measured for a setting no run accepts is cached for nothing
