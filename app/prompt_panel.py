@@ -190,13 +190,16 @@ class PromptPanel(QGroupBox):
         if not has_chat_template and self.format.currentData() == "chat":
             self.format.setCurrentIndex(self.format.findData("raw"))
 
-    def set_vocab_size(self, vocab_size: int) -> Optional[int]:
-        """Top-k ranges over the loaded target's vocabulary; the value it had when that cut it, else None."""
+    def set_vocab_size(self, vocab_size: int) -> Optional[str]:
+        """Top-k ranges over the loaded target's vocabulary; a notice when that cut its value, else None."""
         before = self.top_k.value()
         self.top_k.setMaximum(max(vocab_size - 1, 1))
         self.top_k.setToolTip(f"Sample among the k likeliest tokens, 1..{vocab_size - 1:,} (this target's "
                               "vocabulary); off keeps them all")
-        return before if self.top_k.value() != before else None
+        if self.top_k.value() == before:
+            return None
+        return (f"top-k {before:,} is more than this target's {vocab_size:,} tokens allow: "
+                f"set to {self.top_k.value():,}.")
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

@@ -236,10 +236,8 @@ class MainWindow(QMainWindow):
             else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
-        clamped = self.prompt.set_vocab_size(info.vocab_size)
-        if clamped is not None:
-            self.notify(f"top-k {clamped:,} is more than this target's {info.vocab_size:,} tokens allow: "
-                        f"set to {self.prompt.top_k.value():,}.")
+        if notice := self.prompt.set_vocab_size(info.vocab_size):  # a top-k past this vocabulary, cut
+            self.notify(notice)
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
         self.autosave.changed()
