@@ -42,12 +42,12 @@ FIRST_PRIOR = 0.5
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
 # A probe's cost, in AR steps, that the probe schedule above was chosen for: on the demo pairs on a CPU
-# a draft and a verify of 4 cost 1.4, and up to this the schedule is kept as it is. Where one costs more, probes come that much less often: the
-# DFlash2 demo pair padded to 151,936 rows, target 4-bit, on a CPU (a probe 4.2 AR steps, its drafts
-# through the quantized head), auto with lookup, the two schedules side by side with AR on 31 tune
-# prompts: 0.935x -> 0.965x AR overall, worst prompt 0.68x -> 0.77x. Where the drafter never pays there,
-# 3 drafted rounds of about 125 remain (the opening ones and a probe), about 7% of the run at 4.2 AR steps
-# each. The demo pairs' own schedule is unchanged.
+# a draft and a verify of 4 cost 1.4, and up to this the schedule is kept as it is. Where one costs
+# more, probes come that much less often: the DFlash2 demo pair padded to 151,936 rows, target 4-bit,
+# on a CPU (a probe 4.2 AR steps, its drafts through the quantized head), auto with lookup, the two
+# schedules side by side with AR on 31 tune prompts: 0.935x -> 0.965x AR overall, worst prompt 0.68x
+# -> 0.77x. Where the drafter never pays there, 3 drafted rounds of about 125 remain (the opening ones
+# and a probe), about 7% of the run at 4.2 AR steps each.
 PROBE_COST = 1.5
 SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
 MIN_MISSES = 3  # two misses in a row happen even to a drafter right 9 times in 10
