@@ -36,10 +36,8 @@ import numpy as np
 MAX_ROWS = 64  # query rows per call that the dispatcher sends here: verify blocks
 CHUNK_SCORES = 1 << 22  # score elements per chunk of rows (16 MB of float32)
 # Verify blocks with fewer score elements (query heads x rows x keys) than this stay MLX's: the host
-# path evaluates q, k and v at every layer, a fixed ~0.1 ms a layer that a small block's attention
-# does not repay. Measured with `calibrate` on the demo target (4 heads), verify cost in AR steps:
-# 2-4 rows after 32 tokens 1.38-1.41 host vs 1.14-1.16 MLX, after 512 tokens 1.38 vs 1.22-1.27;
-# 3+ rows after 1,536 tokens host wins (4 rows 1.23 vs 1.42). The crossover is 12-20k elements.
+# path evaluates q, k and v at every layer, a fixed cost a layer that a small block's attention
+# does not repay (where the crossover lies: docs/performance.md, "Verify attention on the host").
 MIN_HOST_SCORES = 1 << 14
 
 Mask = Union[None, str, mx.array]
