@@ -3,15 +3,13 @@
 
 A verify asks the target about a block of L positions at once, so every attention layer
 computes L x heads rows of softmax over the whole KV cache, where a one-token step computes
-one per head. MLX's CPU attention spends most of that on exp (about 10 ns an element here:
-kernels/cpu_swiglu.py) and on unvectorised element passes (max, sum, where: 0.6-1.4 ns an
-element), so at depth its cost grows with the context L times faster than a step's: 16 rows
-at a 1,400-token depth cost 1.07 ms a layer against 0.18 ms for one row (demo target).
+one per head. MLX's CPU attention spends most of that on exp and on unvectorised element
+passes (max, sum, where), so at depth its cost grows with the context L times faster than a
+step's.
 
 On the CPU, `host_attention` evaluates q, k and v and computes the block's attention in NumPy,
-whose exp and reductions are vectorised and whose matmuls share one BLAS call per KV head:
-0.20 ms for those 16 rows, and 3-5x faster than MLX's CPU attention at every shape measured
-(2-16 rows, 16-4,000 keys, head dims 32 and 128, GQA 2-8). The rows are processed in chunks
+whose exp and reductions are vectorised and whose matmuls share one BLAS call per KV head
+(what it saves: docs/performance.md, "Verify attention on the host"). The rows are processed in chunks
 so the score matrix stays small whatever L is. `host_attention_trainable` is the same forward
 with a NumPy backward, so a recipe can train long windows through it (training is not
 compiled then: NumPy needs concrete arrays).

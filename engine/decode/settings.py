@@ -99,9 +99,9 @@ class GenerationSettings:
     num_draft: int = NUM_DRAFT
     # Each round's diagnostic tables (how sure the drafter and the target were of each draft, the target's
     # rank of it, the selector's candidates): the window's Why, Selector and rounds views and traces read
-    # them. They cost 6-13% of a DFlash round on this CPU at a 4,096-token vocabulary (a softmax over the
-    # vocabulary per position, on the host) and more at 150k, so the command line computes them only for
-    # a trace (generate and parity with --trace); bench times the engine without them.
+    # them. They cost a softmax over the vocabulary per position, on the host (docs/performance.md,
+    # "Diagnostic tables"), so the command line computes them only for a trace (generate and parity with
+    # --trace); bench times the engine without them.
     diagnostics: bool = True
 
     def resolved(self, pair) -> "GenerationSettings":

@@ -23,13 +23,8 @@ instead of drafting on for the ~30 rounds its memory would take to forget; one p
 brings it back. Which k it picks never changes what is committed: acceptance is decided as for
 any block.
 
-Tried and not kept (A/B on the tune prompts, both demo pairs, old and new in one run, twice):
-scaling each price by what this run's own rounds and plain steps measured against it, and ageing
-the drafting memory with plain tokens so a probe weighs more after a long stretch. Hybrid pair
-1.55x -> 1.55x and 1.60x -> 1.56x AR; DFlash2 pair 1.84x -> 1.91x and 1.86x -> 1.88x; prompts
-below AR 2 -> 2, 4 -> 3, 2 -> 0, 2 -> 1; the worst prompt better in two runs, worse in two.
-Within this machine's noise; measured costs sent auto plain early on bursty prompts (tau 2.8 ->
-1.6) where drafting through the misses paid. Scaling alone, without ageing: hybrid 1.61x -> 1.49x.
+Tried and not kept: scaling each price by what this run's own rounds measured, and ageing the
+drafting memory with plain tokens (docs/performance.md, "Tried and not kept").
 """
 
 from __future__ import annotations
