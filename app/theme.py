@@ -93,5 +93,5 @@ def apply_theme(app: QApplication) -> None:
     icon = resources_dir() / "icons" / "app-icon.svg"
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
-    # No antialiasing: it makes filled plots ~6x dearer to repaint (103 ms vs 16 ms at 200 rounds).
+    # No antialiasing: it makes filled plots several times dearer to repaint (docs/performance.md).
     pg.setConfigOptions(background=BACKGROUND, foreground=FOREGROUND, antialias=False)

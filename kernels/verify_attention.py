@@ -3,15 +3,13 @@
 
 A verify asks the target about a block of L positions at once, so every attention layer
 computes L x heads rows of softmax over the whole KV cache, where a one-token step computes
-one per head. MLX's CPU attention spends most of that on exp (about 10 ns an element here:
-kernels/cpu_swiglu.py) and on unvectorised element passes (max, sum, where: 0.6-1.4 ns an
-element), so at depth its cost grows with the context L times faster than a step's: 16 rows
-at a 1,400-token depth cost 1.07 ms a layer against 0.18 ms for one row (demo target).
+one per head. MLX's CPU attention spends most of that on exp and on unvectorised element
+passes (max, sum, where), so at depth its cost grows with the context L times faster than a
+step's.
 
 On the CPU, `host_attention` evaluates q, k and v and computes the block's attention in NumPy,
-whose exp and reductions are vectorised and whose matmuls share one BLAS call per KV head:
-0.20 ms for those 16 rows, and 3-5x faster than MLX's CPU attention at every shape measured
-(2-16 rows, 16-4,000 keys, head dims 32 and 128, GQA 2-8). The rows are processed in chunks
+whose exp and reductions are vectorised and whose matmuls share one BLAS call per KV head
+(what it saves: docs/performance.md, "Verify attention on the host"). The rows are processed in chunks
 so the score matrix stays small whatever L is. `host_attention_trainable` is the same forward
 with a NumPy backward, so a recipe can train long windows through it (training is not
 compiled then: NumPy needs concrete arrays).
@@ -36,10 +34,8 @@ import numpy as np
 MAX_ROWS = 64  # query rows per call that the dispatcher sends here: verify blocks
 CHUNK_SCORES = 1 << 22  # score elements per chunk of rows (16 MB of float32)
 # Verify blocks with fewer score elements (query heads x rows x keys) than this stay MLX's: the host
-# path evaluates q, k and v at every layer, a fixed ~0.1 ms a layer that a small block's attention
-# does not repay. Measured with `calibrate` on the demo target (4 heads), verify cost in AR steps:
-# 2-4 rows after 32 tokens 1.38-1.41 host vs 1.14-1.16 MLX, after 512 tokens 1.38 vs 1.22-1.27;
-# 3+ rows after 1,536 tokens host wins (4 rows 1.23 vs 1.42). The crossover is 12-20k elements.
+# path evaluates q, k and v at every layer, a fixed cost a layer that a small block's attention
+# does not repay (where the crossover lies: docs/performance.md, "Verify attention on the host").
 MIN_HOST_SCORES = 1 << 14
 
 Mask = Union[None, str, mx.array]

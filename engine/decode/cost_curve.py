@@ -9,21 +9,17 @@ the acceptance a run sees. Measured at a few depths (DEPTHS, up to the target's 
 prompt of that many tokens is prefilled once, then per L = 1..block `repeats` verifies of L
 tokens, with taps and (for hybrid targets) tape recording as in a round, each followed by
 putting the caches back (engine/models/cache_state.py) and by a single-token AR step (every
-figure is used as a ratio to the AR step's median, so one busy moment must not move it: with one
-AR step a repeat, the demo target's step at 1,536 tokens once measured 24.7 ms for 13); as many
+figure is used as a ratio to the AR step's median, so one busy moment must not move it); as many
 drafts (the drafter's context kept as the run's draft window and sink keep it); the median
 of each. Past the `repeats` sweeps asked for, a depth takes more (up to EXTRA_SWEEPS times as
-many) while they fit in SWEEP_BUDGET_S, and auto's choices hang on these figures: on this 2-core
-VM, six calibrations of the demo pair each way, 3 sweeps against the budget's 6/5/4 (15 s -> 21 s),
-put a verify of 4 at depth 32 at 1.08-1.26 AR steps against 1.17-1.24, and the spread of a verify
-of 2, 4, 8, 16 at the three depths fell from 0.051 to 0.042 AR steps (mean sd). A model whose
-sweep takes seconds gets its `repeats`, as before. The curve itself, its interpolation between
+many) while they fit in SWEEP_BUDGET_S, since auto's choices hang on these figures (what the
+extra sweeps steady: docs/performance.md, "Measuring the cost curve"). A model whose sweep takes
+seconds gets its `repeats`. The curve itself, its interpolation between
 depths and its fit are engine/decode/curve.py's. Cached per target and drafter files, block,
 window, device and BLAS in the user cache, and per kind of sampling (`sampling_kind`): an AR step
 includes drawing its token, a verify the acceptance of its drafts and a draft drawing them, as in
-a run with those settings. At T > 0 over a 152k vocabulary on the CPU these draws cost as much as
-the forwards (a v1 drafter's block is 15 full-vocabulary draws): with a curve timed greedily auto
-ran a v1 drafter at T 0.7 at 0.87x AR there, with its own curve at 0.96x.
+a run with those settings: at T > 0 over a large vocabulary on the CPU these draws cost as much as
+the forwards (a v1 drafter's block is 15 full-vocabulary draws).
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ class CostCurve:
 
 def fitted(curve: CostCurve) -> CostCurve:
     """The curve with its verify and draft times made non-decreasing in length at every depth:
-    timing noise on a loaded CPU can make a longer verify look cheaper than a shorter one
-    (measured: a verify of 3 at 16.0 ms, of 1 at 18.4 ms), which tilts auto towards drafting.
+    timing noise on a loaded CPU can make a longer verify look cheaper than a shorter one,
+    which tilts auto towards drafting.
     Work grows with length, so each depth's curve is the nearest non-decreasing one."""
     def fit(point: DepthPoint) -> DepthPoint:
         by_length = point.draft_by_length_ms

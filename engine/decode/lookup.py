@@ -180,9 +180,8 @@ def copy_cap(verify_ms: list[float], match_depth: int, longest: int) -> int:
     step (a verify of the anchor alone). A copy of L drafts commits about 1 + sum over k <= L of
     m / (m + k) tokens (draft_length's scale-free guess, m the match depth) and costs a verify of L + 1,
     priced past the longest measured one along the curve's mean slope. Where a verify costs little
-    more than a step (the demo target on a CPU: 16 tokens for 1.4 steps) this keeps draft_length's 2m;
-    where it costs many (a bfloat16 or 4-bit target on a CPU: 8-10 steps for 16 tokens), a copy
-    verified whole had cost more than it committed (an 18-token copy: 10 AR steps for 2 tokens)."""
+    more than a step this keeps draft_length's 2m; where each position costs much, it cuts a copy that
+    verified whole would cost more than it commits (docs/performance.md, "Copy length")."""
     slope = (verify_ms[-1] - verify_ms[0]) / (len(verify_ms) - 1) if len(verify_ms) > 1 else 0.0
 
     def verify(n: int) -> float:

@@ -4,8 +4,8 @@ Chunks start at multiples of the chunk size in absolute positions, whatever part
 is already in the cache (engine/decode/prefix_cache.py), so a run that reuses a prefix computes
 every chunk after it exactly as a cold run does. Each chunk is evaluated before the next is
 queued: progress is reported and Stop is honoured between chunks. Chunks are small on the CPU
-(256 tokens, faster than 2,048 there: 2.7 s against 5.0 s for 2,000 tokens of the demo target)
-and 1,024 on a GPU, so a Stop waits for well under a second's work either way.
+(256 tokens, which also prefill faster there than 2,048: docs/performance.md) and 1,024 on a GPU,
+so a Stop waits for well under a second's work either way.
 """
 
 from __future__ import annotations

@@ -23,30 +23,19 @@ MAX_TOKENS_LIMIT = 1_000_000
 MAX_TEMPERATURE = 100.0
 # The drafter's context, for full-attention drafter layers without a trained window: the last
 # DRAFT_WINDOW positions plus the first DRAFT_SINK (0: the whole context). Sliding layers keep
-# their trained window whatever these say. Chosen on the demo pairs' tune set (long_tune_prompts,
-# never the eval sets), tau: DFlash2 drafter whole 2.97, 256 3.33, 256+64 3.31, 512+64 3.29,
-# 1024+64 3.06; v1 drafter whole 2.11, 256 2.27, 256+64 2.25, 512+64 2.23. 256 alone and with a
-# 64 sink tie within 1%; the sink keeps a chat's system prompt and a model's attention-sink
-# positions in view, as dflash-mlx's default does. Prompts shorter than 320 tokens are unaffected.
+# their trained window whatever these say. The sink keeps a chat's system prompt and a model's
+# attention-sink positions in view. Why these values: docs/performance.md, "Draft window 256 and sink 64".
 DRAFT_WINDOW = 256
 DRAFT_SINK = 64
 MAX_DRAFT_CONTEXT = 1 << 20
 # What the command line and the window run when no block size is given: auto, each round verifying
-# as many drafts as pay off at the run's depth (engine/decode/verify_length.py). DFlash2 demo pair,
-# `bench --block-sizes 16,auto`, AR in the same run: long_prompts 1.67x (1 of 16 prompts below AR,
-# worst 0.94x) against 1.52x at the drafter's 16 (3 below, worst 0.84x); bench_prompts 2.25x against
-# 2.06x. A target's first auto run measures its cost curve (seconds, cached). GenerationSettings itself
-# keeps a fixed block (auto=False): code that builds settings says what it wants.
+# as many drafts as pay off at the run's depth (engine/decode/verify_length.py; why it is the default:
+# docs/performance.md). A target's first auto run measures its cost curve (then cached).
+# GenerationSettings itself keeps a fixed block (auto=False): code that builds settings says what it wants.
 AUTO_BY_DEFAULT = True
 # DFlash runs also verify a copied span of the context instead of the drafter's block where the text
-# being written repeats earlier text (--lookup, on unless --no-lookup): prompt lookup costs a few dict
-# look-ups a round, is where users work (editing pasted code, re-emitting a file, quoting) and catches
-# the loops greedy decoding falls into; mlx-dspark turns its hybrid lookup on by default too. Measured
-# on the tune sets (never the eval sets), `bench --methods dflash-auto,dflash+lookup`, 2 repeats, AR in
-# the same run, auto without and with lookup: DFlash2 demo pair long_tune_tails 1.58x -> 2.23x AR (tau
-# 3.12 -> 4.38), long_tune_prompts 1.71x -> 2.28x (3.57 -> 4.97, worst prompt 0.90x -> 1.01x); hybrid
-# demo pair 1.69x -> 2.45x (3.09 -> 4.54) and 1.27x -> 1.79x (2.57 -> 3.55, worst 0.89x -> 1.26x). Of
-# those 48 prompts 4 ran slower with lookup, most 1.32x -> 1.13x (tau 3.09 -> 2.50; the repeats' ranges overlap).
+# being written repeats earlier text (--lookup, on unless --no-lookup): a few dict look-ups a round.
+# Why it is on by default: docs/performance.md, "Copy lookup (the default)".
 LOOKUP_BY_DEFAULT = True
 
 
@@ -110,9 +99,9 @@ class GenerationSettings:
     num_draft: int = NUM_DRAFT
     # Each round's diagnostic tables (how sure the drafter and the target were of each draft, the target's
     # rank of it, the selector's candidates): the window's Why, Selector and rounds views and traces read
-    # them. They cost 6-13% of a DFlash round on this CPU at a 4,096-token vocabulary (a softmax over the
-    # vocabulary per position, on the host) and more at 150k, so the command line computes them only for
-    # a trace (generate and parity with --trace); bench times the engine without them.
+    # them. They cost a softmax over the vocabulary per position, on the host (docs/performance.md,
+    # "Diagnostic tables"), so the command line computes them only for a trace (generate and parity with
+    # --trace); bench times the engine without them.
     diagnostics: bool = True
 
     def resolved(self, pair) -> "GenerationSettings":

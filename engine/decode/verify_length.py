@@ -23,13 +23,8 @@ instead of drafting on for the ~30 rounds its memory would take to forget; one p
 brings it back. Which k it picks never changes what is committed: acceptance is decided as for
 any block.
 
-Tried and not kept (A/B on the tune prompts, both demo pairs, old and new in one run, twice):
-scaling each price by what this run's own rounds and plain steps measured against it, and ageing
-the drafting memory with plain tokens so a probe weighs more after a long stretch. Hybrid pair
-1.55x -> 1.55x and 1.60x -> 1.56x AR; DFlash2 pair 1.84x -> 1.91x and 1.86x -> 1.88x; prompts
-below AR 2 -> 2, 4 -> 3, 2 -> 0, 2 -> 1; the worst prompt better in two runs, worse in two.
-Within this machine's noise; measured costs sent auto plain early on bursty prompts (tau 2.8 ->
-1.6) where drafting through the misses paid. Scaling alone, without ageing: hybrid 1.61x -> 1.49x.
+Tried and not kept: scaling each price by what this run's own rounds measured, and ageing the
+drafting memory with plain tokens (docs/performance.md, "Tried and not kept").
 """
 
 from __future__ import annotations
@@ -41,13 +36,9 @@ PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is FIRST_PRIOR, a_
 FIRST_PRIOR = 0.5
 PROBE_FIRST, PROBE_MAX = 4, 64
 PROBE_LENGTH = 4  # a probe's cost over a plain step is small; a whole block would cost a verify of 16
-# A probe's cost, in AR steps, that the probe schedule above was chosen for: on the demo pairs on a CPU
-# a draft and a verify of 4 cost 1.4, and up to this the schedule is kept as it is. Where one costs
-# more, probes come that much less often: the DFlash2 demo pair padded to 151,936 rows, target 4-bit,
-# on a CPU (a probe 4.2 AR steps, its drafts through the quantized head), auto with lookup, the two
-# schedules side by side with AR on 31 tune prompts: 0.935x -> 0.965x AR overall, worst prompt 0.68x
-# -> 0.77x. Where the drafter never pays there, 3 drafted rounds of about 125 remain (the opening ones
-# and a probe), about 7% of the run at 4.2 AR steps each.
+# A probe's cost, in AR steps, that the probe schedule above was chosen for: up to this the schedule
+# is kept as it is; where a probe costs more, probes come that much less often, so probing takes the
+# same share of a run (docs/performance.md, "Probes").
 PROBE_COST = 1.5
 SURPRISE = 0.01  # a run of first-draft misses less likely than this, at the rate before it, resets the counts
 MIN_MISSES = 3  # two misses in a row happen even to a drafter right 9 times in 10
@@ -55,19 +46,8 @@ KEPT_MISSES = 2.0  # what such a run weighs after the reset, in rounds
 # Drafting must fall this far below a plain step's rate before auto stops drafting (and a plain
 # step this far above drafting's to keep it plain). Its acceptance rates come from the last ~30
 # rounds and undershoot after a run of misses, and once plain it learns only from probes, so a plain
-# step priced as an AR step (or a verify of one, the lower) sent it plain where blocks paid: `bench
-# --block-sizes` on bench_prompts had auto at 2.28x AR against 2.47x at a fixed 8 and 2.38x at 16
-# (DFlash2 pair; v1 1.55x against 1.62x), its worst prompts running plain at 0.72-0.88x where a
-# fixed 4 ran 1.20-1.41x (an eval set: the problem was found there, the margin chosen on the tune sets).
-# A/B on the tune sets (short_tune_prompts, long_tune_tails, long_tune_prompts: 44 prompts, one run
-# each, AR and both pricings per prompt in one process, lookup on; that price -> 1.15 x the AR step):
-# DFlash2 pair 2.44x -> 2.65x AR (worst prompt 0.80x -> 1.12x, below AR 1 -> 0; long_tune_prompts
-# 2.25x -> 2.61x), v1 pair 1.99x -> 2.04x (worst 0.79x -> 0.91x; long_tune_prompts 2.23x -> 2.17x),
-# hybrid pair 2.10x -> 2.21x (worst 0.66x -> 1.13x, below 1 -> 0; long_tune_prompts 1.74x both).
-# 1.3 did a little better on v1 (2.10x) and hybrid (2.24x, but one prompt below AR) and was not
-# measured on the DFlash2 pair. A plain step in a run costs ~1.1 AR steps anyway (a stretch's first
-# step is not overlapped: 20.8 ms against AR's 19.0 on the tune set's prose). Verify lengths never
-# change what is committed, only when.
+# step priced as an AR step would send it plain where blocks pay. Why 1.15: docs/performance.md,
+# "The price of a plain step". Verify lengths never change what is committed, only when.
 PLAIN_MARGIN = 1.15
 
 

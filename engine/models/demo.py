@@ -18,9 +18,9 @@ DEMO_PAIRS = [(DEMO_TARGET, DEMO_DRAFTER), (DEMO_TARGET, DEMO_V1_DRAFTER),
 # Ends in a newline, as the bench prompts do: the demo tokenizer splits as Qwen's does, keeping a
 # newline apart from the indentation after it, so the target goes on with an indented body.
 SAMPLE_PROMPT = "def fibonacci(n):\n"
-# The hybrid demo pair starts on a prompt its drafter drafts well: from `import math` and a newline
-# it drafts at tau 4.1 over 96 tokens (block 16), against 3.0 from `def fibonacci(n):` (its target is the
-# weaker model, trained for fewer steps; the cards have the figures).
+# The hybrid demo pair starts on a prompt its drafter drafts well: from `import math` and a newline it
+# drafts longer blocks than from `def fibonacci(n):` (its target is the weaker model, trained for fewer
+# steps; the figures: the model cards and docs/performance.md).
 SAMPLE_PROMPTS = {"demo-hybrid-target": "import math\n"}
 
 

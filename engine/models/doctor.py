@@ -248,7 +248,7 @@ def trained_for(drafter_path: Path, target_path: Path, record: dict, quantized: 
     return f"{said}: unless this is the same model saved again, expect its drafts to be rarely accepted (outputs stay exact)."
 
 
-# A round costs one and a half to two AR steps on the demo pairs: a drafter whose rounds commit fewer
+# About what a round costs in AR steps (docs/performance.md): a drafter whose rounds commit fewer
 # tokens than this (its held-out tau estimate, bonus counted) makes decoding slower, whatever its block.
 BARELY_TRAINED_TAU = 2.0
 
@@ -270,16 +270,16 @@ def barely_trained(drafter_path: Path, record: dict, block: int) -> Optional[str
             "and a run no faster than AR. Train it longer: train-drafter --init it --out another folder.")
 
 
-# Measured on the project's 2-core Linux VM (QA pass, stop 50): MLX's CPU quantized matmul does not
-# batch rows (1 -> 16 rows: 43 -> 572 us at float32, 349 -> 5,405 us at bfloat16), so a verify there
-# costs several AR steps.
+# What a user with a quantized target on the CPU is told: MLX's CPU quantized matmul does not batch
+# rows, so a verify there costs several AR steps (docs/performance.md, "Quantized and 16-bit targets").
 QUANTIZED_ON_CPU = ("the target is quantized and runs on the CPU, where MLX multiplies quantized weights "
                     "about one row at a time: a 16-token verify of the 4-bit demo target costs 4.0 AR steps "
                     "(1.45 unquantized, at a 32-token depth), more in bfloat16; expect DFlash to gain much less "
                     "here (that pair: 2.1x AR where unquantized 5.6x; auto verify length measures it)")
 
 
-# Measured here (stop 54): the DFlash2 demo pair with its target cast to bfloat16, 6 short tune prompts, 2 repeats.
+# What a user with a 16-bit target on the CPU is told, and the float32 copy that runs faster there
+# (the figures: docs/performance.md, "Quantized and 16-bit targets").
 HALF_DTYPES = {"BF16": "bfloat16", "F16": "float16"}
 HALF_ON_CPU = ("the target's weights are {dtype} and run on the CPU, where MLX computes in 16-bit floats slowly: the "
                "demo target in bfloat16 decoded AR at 0.74x its float32 speed and DFlash at 0.43x (a 16-token verify "

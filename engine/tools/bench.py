@@ -59,8 +59,7 @@ def run_once(pair, ids, settings, cancel) -> tuple[SummaryEvent, list[RoundEvent
 def warm_up(pair, prompt_ids: Sequence[list[int]], ar_settings, df_settings, cancel) -> None:
     """A short AR and DFlash run first, so kernels, caches (and the cost curve) are ready. It runs
     the prompts in order until the target writes more than one token: where it ends at its first,
-    no round runs, and the first measured prompt would pay for compiling the round's kernels
-    (seen: 0.27x instead of 0.95x)."""
+    no round runs, and the first measured prompt would pay for compiling the round's kernels."""
     run_once(pair, prompt_ids[0], replace(ar_settings, max_tokens=min(16, ar_settings.max_tokens)), cancel)
     warm = replace(df_settings, max_tokens=min(32, df_settings.max_tokens))
     for ids in prompt_ids:
