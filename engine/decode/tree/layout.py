@@ -8,6 +8,7 @@ a few dozen), never over the prefix: the part of the mask that covers the contex
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -84,26 +85,26 @@ def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chai
     depth_max, width = ids.shape
     if logq.shape != ids.shape:
         raise ValueError(f"tree candidates: ids {ids.shape} and log-probs {logq.shape} differ in shape.")
-    logq = np.asarray(logq, dtype=np.float64)
+    rows, ids = np.asarray(logq, dtype=np.float64).tolist(), np.asarray(ids).tolist()  # lists: cheap per item
     tokens, parents, depths, lq, scores, ranks = [anchor], [-1], [0], [0.0], [0.0], [0]
     heap: list[tuple[float, int, int, int, int]] = []
     order = 0
 
     def offer(score: float, d: int, r: int, parent: int) -> None:
         nonlocal order
-        if d < depth_max and r < width and np.isfinite(score):
+        if d < depth_max and r < width and score > -math.inf:
             heapq.heappush(heap, (-score, order, d, r, parent))
             order += 1
 
     def take(d: int, r: int, parent: int) -> int:
-        tokens.append(int(ids[d, r]))
+        tokens.append(ids[d][r])
         parents.append(parent)
         depths.append(d + 1)
-        lq.append(float(logq[d, r]))
-        scores.append(scores[parent] + float(logq[d, r]))
+        lq.append(rows[d][r])
+        scores.append(scores[parent] + rows[d][r])
         ranks.append(r)
         node = len(tokens) - 1
-        offer(scores[parent] + (logq[d, r + 1] if r + 1 < width else -np.inf), d, r + 1, parent)
+        offer(scores[parent] + (rows[d][r + 1] if r + 1 < width else -math.inf), d, r + 1, parent)
         return node
 
     budget = max(0, int(budget))
@@ -111,11 +112,11 @@ def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chai
     node = 0
     for d in range(seeded):
         node = take(d, 0, node)
-    offer(scores[node] + (logq[seeded, 0] if seeded < depth_max else -np.inf), seeded, 0, node)
+    offer(scores[node] + (rows[seeded][0] if seeded < depth_max else -math.inf), seeded, 0, node)
     while heap and len(tokens) - 1 < budget:
         _, _, d, r, parent = heapq.heappop(heap)
         node = take(d, r, parent)
-        offer(scores[node] + (logq[d + 1, 0] if d + 1 < depth_max else -np.inf), d + 1, 0, node)
+        offer(scores[node] + (rows[d + 1][0] if d + 1 < depth_max else -math.inf), d + 1, 0, node)
     return DraftTree(tokens=np.array(tokens, dtype=np.int64), parents=np.array(parents, dtype=np.int64),
                      depths=np.array(depths, dtype=np.int64), logq=np.array(lq, dtype=np.float32),
                      scores=np.array(scores, dtype=np.float32), ranks=np.array(ranks, dtype=np.int64))
