@@ -101,3 +101,36 @@ def test_a_hybrid_target_is_refused_clearly(models_root, tokenizer_dir):
     tree = build_tree(1, np.array([[2, 3]]), np.log(np.array([[0.6, 0.3]])), 2)
     with pytest.raises(DFlashError, match="not a plain KV cache; trees need attention-only targets"):
         tree_forward(model, cache, tree)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
+def test_rounds_of_tree_verify_give_ar_tokens_at_t0(targets, family, monkeypatch):
+    """The pieces as a round loop would use them (build, verify, greedy walk, compact, the bonus as the
+    next anchor), with candidates that hold AR's next tokens at random ranks or miss them: the output
+    is AR's token for token, and second choices were taken on the way."""
+    monkeypatch.setattr(va, "MIN_HOST_SCORES", 0)
+    from engine.decode.tree.walk import greedy_walk
+
+    model = targets[family]
+    vocab = model.args.vocab_size
+    rng = np.random.default_rng(11)
+    prompt = rng.integers(vocab, size=9).tolist()
+    ar_cache, ar = _prefilled(model, prompt[:-1]), [prompt[-1]]
+    for _ in range(40):
+        ar.append(int(mx.argmax(model(mx.array([[ar[-1]]]), cache=ar_cache)[0, -1]).item()))
+    cache, out, took_second = _prefilled(model, prompt[:-1]), [prompt[-1]], 0
+    while len(out) < len(ar):
+        want = ar[len(out):len(out) + 6]
+        ids = np.stack([rng.choice(np.setdiff1d(np.arange(vocab), [t]), size=3, replace=False) for t in want])
+        for d, token in enumerate(want):
+            if rng.random() < 0.8:
+                ids[d, int(rng.integers(3))] = token
+        logq = np.sort(np.log(rng.dirichlet(np.ones(6), size=len(want)))[:, :3], axis=1)[:, ::-1]
+        tree = build_tree(out[-1], ids, logq, 10)
+        prefix = cache[0].offset
+        logits = tree_forward(model, cache, tree)
+        path, bonus = greedy_walk(tree, np.array(mx.argmax(logits, axis=-1)).tolist())
+        compact(cache, prefix, path)
+        took_second += int((tree.ranks[path[1:]] > 0).sum())
+        out += tree.tokens[path[1:]].tolist() + [bonus]
+    assert out[:len(ar)] == ar and took_second > 0
