@@ -13,8 +13,8 @@ import pytest
 from scipy.stats import chisquare
 
 from engine.decode.tree import walk
-from engine.decode.tree.layout import COPY_RANK, build_tree, graft
-from engine.decode.tree.walk import sampled_candidates, tree_rejection_sample
+from engine.decode.tree.layout import COPY_RANK, build_tree, graft, ranked_candidates
+from engine.decode.tree.walk import HostRows, build_sampled_tree, sampled_candidates, tree_rejection_sample
 
 ALPHA = 1e-3  # false-alarm rate of each statistical test
 V, DEPTH, WIDTH, EMIT = 4, 3, 3, 2  # vocabulary, tree depth, candidates per depth, tokens compared
@@ -45,17 +45,17 @@ class NodeRows:
 def one_round(target, q, context, budget, copy, sampled, key, rng):
     """(tokens one round of tree verify emits after `context`, whose last token is the anchor; the
     ranks of the accepted nodes)."""
-    logq = np.log(q)
-    order = np.argsort(-logq, axis=1)[:, :WIDTH]
-    shape_scores = np.take_along_axis(logq, order, axis=1)  # the shape: from the drafter's scores only
-    ids = sampled_candidates(mx.array(logq), WIDTH, key) if sampled else order
-    tree = build_tree(context[-1], ids, shape_scores, budget)
+    logq = mx.log(mx.array(q))
+    if sampled:
+        tree = build_sampled_tree(context[-1], logq, WIDTH, budget, key)
+    else:
+        tree = build_tree(context[-1], *ranked_candidates(logq, WIDTH), budget)
     if copy:
         tree = graft(tree, copy)
     flags = (tree.ranks != COPY_RANK) if sampled else None
     path_tokens = [tuple(tree.tokens[tree.path_to(i)][1:].tolist()) for i in range(len(tree))]
     p = NodeRows(lambda node: target(context + path_tokens[node]))
-    draft = NodeRows(lambda node: q[tree.depths[node]])
+    draft = HostRows(mx.array(q), tree.depths)
     path, token = tree_rejection_sample(tree, p, draft, flags, rng)
     return [int(t) for t in tree.tokens[path][1:]] + [token], tree.ranks[path[1:]].tolist()
 
@@ -86,15 +86,19 @@ def _drafter(seed):
     return np.random.default_rng(100 + seed).dirichlet(np.full(V, 0.7), size=DEPTH)
 
 
-@pytest.mark.parametrize("budget, copy, sampled", [
-    (2, (), True),  # siblings at the root only
-    (8, (), True),
-    (8, (3, 0, 1), True),  # a grafted copy: fixed tokens beside sampled siblings
-    (6, (), False),  # the drafter's top-k as fixed tokens
+@pytest.mark.parametrize("budget, copy, sampled, filtered", [
+    (2, (), True, False),  # siblings at the root only
+    (8, (), True, False),
+    (8, (3, 0, 1), True, True),  # a grafted copy: fixed tokens beside sampled siblings; q without token 1
+    (6, (), False, False),  # the drafter's top-k as fixed tokens
 ])
-def test_tree_verify_emits_the_targets_distribution(budget, copy, sampled):
+def test_tree_verify_emits_the_targets_distribution(budget, copy, sampled, filtered):
     target = Target(seed=budget + len(copy))
-    counts, ranks = emitted_counts(target, _drafter(budget), budget, copy, sampled)
+    q = _drafter(budget)
+    if filtered:  # a drafter filter (top-k, top-p) left token 1 no mass: the target still has some
+        q[:, 1] = 0.0
+        q /= q.sum(axis=1, keepdims=True)
+    counts, ranks = emitted_counts(target, q, budget, copy, sampled)
     assert pvalue(target, counts) > ALPHA, counts
     # every way a node can end: nothing accepted, its first child, a later sibling (or the copy)
     assert min(ranks["none"], ranks[0], sum(ranks[r] for r in ranks if r != "none" and r != 0)) > 50, ranks
@@ -138,3 +142,13 @@ def test_sampled_candidates_are_draws_without_replacement_in_order():
     rest = q[1:] / q[1:].sum()
     m = sum(seconds.values())
     assert chisquare([seconds[i] for i in range(1, 4)], rest * m).pvalue > ALPHA
+
+
+def test_tokens_the_drafter_filtered_out_are_never_placed():
+    logq = mx.log(mx.array([[0.7, 0.0, 0.3, 0.0], [0.0, 0.0, 0.0, 1.0]]))
+    key = mx.random.key(9)
+    for _ in range(50):
+        key, sub = mx.random.split(key)
+        tree = build_sampled_tree(2, logq, 3, 10, sub)
+        assert len(tree) == 5 and set(tree.tokens[tree.depths == 1].tolist()) == {0, 2}
+        assert set(tree.tokens[tree.depths == 2].tolist()) == {3}

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
-from engine.decode.tree.layout import DraftTree
+from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
 
 
 def greedy_walk(tree: DraftTree, choice: Sequence[int]) -> tuple[list[int], int]:
@@ -44,6 +44,28 @@ def sampled_candidates(logq: mx.array, k: int, key: mx.array) -> np.ndarray:
     noisy = logq.astype(mx.float32) + mx.random.gumbel(logq.shape, key=key)
     order = mx.argsort(-noisy, axis=-1)[..., :k]
     return np.array(order, dtype=np.int64)
+
+
+def build_sampled_tree(anchor: int, logq: mx.array, width: int, budget: int, key: mx.array,
+                       chain: int = 0) -> DraftTree:
+    """A tree for T > 0 from the drafter's log-probs logq (D, V), filtered and tempered as the run
+    samples: its shape from the drafter's ranked scores (deterministic), its rank-r token at each depth
+    the r-th draw without replacement from q. Tokens q gives no mass are never placed (their ranks'
+    scores are -inf). Every node is sampled: pass `tree.ranks != COPY_RANK` as `sampled` (a graft
+    adds fixed tokens)."""
+    _, scores = ranked_candidates(logq, width)
+    return build_tree(anchor, sampled_candidates(logq, width, key), scores, budget, chain)
+
+
+class HostRows:
+    """Rows of an MLX array as NumPy, each made when read: one per node, or through `index` (e.g.
+    the drafter's rows by depth: tree.depths)."""
+
+    def __init__(self, rows: mx.array, index: Optional[np.ndarray] = None):
+        self.rows, self.index = rows, index
+
+    def __getitem__(self, node: int) -> np.ndarray:
+        return np.array(self.rows[int(node if self.index is None else self.index[node])])
 
 
 def _residual(p: np.ndarray, proposal: np.ndarray) -> np.ndarray:
