@@ -14,6 +14,10 @@ so the score matrix stays small whatever L is. `host_attention_trainable` is the
 with a NumPy backward, so a recipe can train long windows through it (training is not
 compiled then: NumPy needs concrete arrays).
 
+A draft tree's verify (engine/decode/tree) passes a boolean (rows, keys) mask: each node sees the
+context and its own ancestors. The host path takes it as it takes a sliding window's mask, and
+tests/test_verify_attention.py holds it to the reference on random trees.
+
 The reference is `reference` (pure MLX ops), and MLX's own `mx.fast.scaled_dot_product_attention`
 is held to it too (tests/test_verify_attention.py). engine/models/kernel_dispatch.py installs the
 dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) deep enough to repay the

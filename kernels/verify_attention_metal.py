@@ -10,7 +10,8 @@ its rows; in a tile each lane scores one key against its row, the row's softmax 
 (running max and sum, float32), and each lane accumulates D / 32 of the output.
 
 Inputs half or bfloat16 (what a Mac runs), head dim a multiple of 32 up to 128, a causal or
-no mask. Nothing here has run on a Mac in this project's CI (Linux, CPU): the dispatcher
+no mask. Boolean masks (a draft tree's ancestor-only mask, sliding windows) are refused and go to
+MLX's own attention: a masked kernel could not be run here, so it is not written. Nothing here has run on a Mac in this project's CI (Linux, CPU): the dispatcher
 (`choose`) tries the kernel once per shape against the pure-MLX reference
 (kernels/verify_attention.py) and MLX's own attention, and uses it only when it agrees with the
 reference and is faster; otherwise, or when it fails to build, MLX's attention runs.

@@ -146,3 +146,47 @@ def test_the_metal_path_is_used_only_for_shapes_that_pass_their_check(monkeypatc
     assert sdpa(q, longer, longer, plain, 0.125, "causal") == "stock"  # a deeper context: its own check failed
     assert sdpa(q[:, :, :1], k, v, plain, 0.125, None) == "stock"  # AR steps stay MLX's
     assert len(checks.verdicts) == 2
+
+
+def _random_tree_mask(seed: int, prefix: int, nodes: int) -> mx.array:
+    """A draft tree's ancestor-only mask (engine/decode/tree) over random candidates."""
+    from engine.decode.tree.layout import attention_mask, build_tree
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 100, size=(8, 3))
+    logq = np.sort(np.log(rng.dirichlet(np.ones(20), size=8))[:, :3], axis=1)[:, ::-1]
+    tree = build_tree(0, ids, logq, nodes - 1)
+    assert len(tree) == nodes and tree.depths.max() < nodes - 1  # a real tree, not a chain
+    return attention_mask(tree, prefix)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shape", [(4, 2, 16, 1416, 32), (8, 2, 5, 40, 64), (6, 3, 64, 80, 32)])
+def test_tree_masks_give_the_reference_on_the_host_and_in_mlx(shape, seed):
+    """A tree's verify: each row sees the context and its ancestors only. The host path and MLX's
+    attention equal the reference and a float64 computation with the same mask."""
+    Hq, Hkv, L, S, D = shape
+    q, k, v = _qkv(*shape, seed=seed)
+    mask = _random_tree_mask(seed, S - L, L)
+    want = va.reference(q, k, v, D**-0.5, mask)
+    np.testing.assert_allclose(np.array(want), _float64_attention(q, k, v, D**-0.5, np.array(mask)), atol=2e-6, rtol=1e-5)
+    assert not np.allclose(np.array(want), np.array(va.reference(q, k, v, D**-0.5, "causal")), atol=1e-3)
+    for got in (va.host_attention(q, k, v, D**-0.5, mask),
+                mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)):
+        np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6, rtol=1e-5)
+    sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
+    if Hq * L * S >= va.MIN_HOST_SCORES:  # a verify deep enough for the host takes the tree's mask too
+        np.testing.assert_allclose(np.array(sdpa(q, k, v, object(), D**-0.5, mask)), np.array(want), atol=2e-6, rtol=1e-5)
+
+
+def test_the_metal_kernel_refuses_a_tree_mask():
+    """The Metal kernel knows causal and no mask only (it has never run on a tree): a tree's verify
+    goes to MLX's own attention, which takes boolean masks, without a shape check."""
+    from kernels import verify_attention_metal as vm
+
+    q, k, v = (a.astype(mx.float16) for a in _qkv(8, 2, 16, 300, 64))
+    mask = _random_tree_mask(0, 284, 16)
+    assert vm.fits(q, k, "causal", None) and not vm.fits(q, k, mask, None)
+    checks = vm.ShapeChecks(check=lambda *a: pytest.fail("a tree's shape was checked"))
+    sdpa = vm.sdpa_with_metal(lambda *a, **kw: "stock", checks)
+    assert sdpa(q, k, v, object(), 0.125, mask) == "stock" and not checks.verdicts

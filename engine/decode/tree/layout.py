@@ -1,0 +1,177 @@
+"""The flat draft tree: node 0 is the round's anchor (the root), every other node a draft token.
+
+Nodes are stored in the order they were added, so a parent always comes before its children and
+siblings come in rank order. Host work per round is over the tree's own nodes (a budget of at most
+a few dozen), never over the prefix: the part of the mask that covers the context is built by MLX.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+COPY_RANK = -1  # the rank of a node grafted from a lookup copy (not one of the drafter's candidates)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """parents[0] = -1 (the root); depths[0] = 0; logq: the drafter's log-prob of each node's token at
+    its depth (0 at the root and at copy nodes); scores: summed logq from the root; ranks: the token's
+    rank among the drafter's candidates at its depth, COPY_RANK for a grafted copy."""
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    depths: np.ndarray
+    logq: np.ndarray
+    scores: np.ndarray
+    ranks: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def child_index(self) -> dict[tuple[int, int], int]:
+        """(parent, token) -> node, for walks (the first such child where a copy duplicates one)."""
+        index: dict[tuple[int, int], int] = {}
+        for node in range(len(self) - 1, 0, -1):
+            index[(int(self.parents[node]), int(self.tokens[node]))] = node
+        return index
+
+    def children(self, node: int) -> list[int]:
+        """Children of `node` in the order they were added (siblings by rank, a copy last)."""
+        return np.flatnonzero(self.parents == node).tolist()
+
+    def ancestors(self) -> np.ndarray:
+        """(N, N) booleans: [i, j] when j is i or one of i's ancestors."""
+        n = len(self)
+        seen = np.zeros((n, n), dtype=bool)
+        for node in range(n):
+            parent = self.parents[node]
+            if parent >= 0:
+                seen[node] = seen[parent]
+            seen[node, node] = True
+        return seen
+
+    def positions(self, prefix: int) -> np.ndarray:
+        """Position ids of the nodes when the root sits at absolute position `prefix`."""
+        return prefix + self.depths
+
+    def path_to(self, node: int) -> list[int]:
+        """The nodes from the root to `node`, both included."""
+        path = [node]
+        while self.parents[path[-1]] >= 0:
+            path.append(int(self.parents[path[-1]]))
+        return path[::-1]
+
+
+def chain_tree(anchor: int, drafts: Sequence[int]) -> DraftTree:
+    """Today's chain as a tree: each draft the only child of the one before."""
+    n = len(drafts) + 1
+    return DraftTree(tokens=np.array([anchor, *drafts], dtype=np.int64), parents=np.arange(-1, n - 1),
+                     depths=np.arange(n), logq=np.zeros(n, np.float32), scores=np.zeros(n, np.float32),
+                     ranks=np.zeros(n, dtype=np.int64))
+
+
+def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chain: int = 0) -> DraftTree:
+    """Best-first tree of at most `budget` draft nodes. ids[d, r] is the drafter's rank-r token for
+    depth d + 1, logq[d, r] its score (descending along r; -inf: never taken). Prefixes are scored by
+    their summed logq and taken from a heap: each taken node offers its next sibling (rank r + 1 at
+    its depth) and its first child (rank 0 at the next depth). `chain` greedy nodes go in first,
+    so the tree holds that much of the chain whatever the scores."""
+    depth_max, width = ids.shape
+    if logq.shape != ids.shape:
+        raise ValueError(f"tree candidates: ids {ids.shape} and log-probs {logq.shape} differ in shape.")
+    rows, ids = np.asarray(logq, dtype=np.float64).tolist(), np.asarray(ids).tolist()  # lists: cheap per item
+    tokens, parents, depths, lq, scores, ranks = [anchor], [-1], [0], [0.0], [0.0], [0]
+    heap: list[tuple[float, int, int, int, int]] = []
+    order = 0
+
+    def offer(score: float, d: int, r: int, parent: int) -> None:
+        nonlocal order
+        if d < depth_max and r < width and score > -math.inf:
+            heapq.heappush(heap, (-score, order, d, r, parent))
+            order += 1
+
+    def take(d: int, r: int, parent: int) -> int:
+        tokens.append(ids[d][r])
+        parents.append(parent)
+        depths.append(d + 1)
+        lq.append(rows[d][r])
+        scores.append(scores[parent] + rows[d][r])
+        ranks.append(r)
+        node = len(tokens) - 1
+        offer(scores[parent] + (rows[d][r + 1] if r + 1 < width else -math.inf), d, r + 1, parent)
+        return node
+
+    budget = max(0, int(budget))
+    seeded = min(chain, budget, depth_max)
+    node = 0
+    for d in range(seeded):
+        node = take(d, 0, node)
+    offer(scores[node] + (rows[seeded][0] if seeded < depth_max else -math.inf), seeded, 0, node)
+    while heap and len(tokens) - 1 < budget:
+        _, _, d, r, parent = heapq.heappop(heap)
+        node = take(d, r, parent)
+        offer(scores[node] + (rows[d + 1][0] if d + 1 < depth_max else -math.inf), d + 1, 0, node)
+    return DraftTree(tokens=np.array(tokens, dtype=np.int64), parents=np.array(parents, dtype=np.int64),
+                     depths=np.array(depths, dtype=np.int64), logq=np.array(lq, dtype=np.float32),
+                     scores=np.array(scores, dtype=np.float32), ranks=np.array(ranks, dtype=np.int64))
+
+
+def graft(tree: DraftTree, copy: Sequence[int], limit: Optional[int] = None) -> DraftTree:
+    """The tree with a lookup copy (the tokens after the anchor) inserted as a branch: it follows
+    existing nodes while their tokens match and adds the rest, at most `limit` new nodes."""
+    index = tree.child_index()
+    node, added = 0, []
+    parents, depths, scores = list(tree.parents), list(tree.depths), list(tree.scores)
+    for token in copy:
+        found = index.get((node, int(token)))
+        if found is None:
+            if limit is not None and len(added) >= limit:
+                break
+            found = len(parents)
+            parents.append(node)
+            depths.append(depths[node] + 1)
+            scores.append(scores[node])
+            added.append(int(token))
+            index[(node, int(token))] = found
+        node = found
+    if not added:
+        return tree
+    k = len(added)
+    return DraftTree(tokens=np.concatenate([tree.tokens, np.array(added, dtype=np.int64)]),
+                     parents=np.array(parents, dtype=np.int64), depths=np.array(depths, dtype=np.int64),
+                     logq=np.concatenate([tree.logq, np.zeros(k, np.float32)]),
+                     scores=np.array(scores, dtype=np.float32),
+                     ranks=np.concatenate([tree.ranks, np.full(k, COPY_RANK, dtype=np.int64)]))
+
+
+def ranked_candidates(logits: mx.array, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log-probs) of each row's k most likely tokens, best first, as NumPy (D, k): the input
+    build_tree takes from a drafter's per-position logits (D, V). Only D x k numbers reach the host."""
+    logits = logits.astype(mx.float32)
+    idx = mx.argpartition(-logits, kth=k - 1, axis=-1)[..., :k] if k < logits.shape[-1] else \
+        mx.broadcast_to(mx.arange(logits.shape[-1]), logits.shape)
+    vals = mx.take_along_axis(logits, idx, axis=-1) - mx.logsumexp(logits, axis=-1, keepdims=True)
+    order = mx.argsort(-vals, axis=-1)
+    idx, vals = mx.take_along_axis(idx, order, axis=-1), mx.take_along_axis(vals, order, axis=-1)
+    mx.eval(idx, vals)
+    return np.array(idx, dtype=np.int64), np.array(vals, dtype=np.float64)
+
+
+def attention_mask(tree: DraftTree, prefix: int, window: Optional[int] = None) -> mx.array:
+    """(N, prefix + N) booleans for the tree's verify: a node sees the whole context and its own
+    ancestors (itself included). With a sliding `window`, also only keys less than `window`
+    positions behind it. The context part is made by MLX, not on the host."""
+    n = len(tree)
+    seen = mx.array(tree.ancestors())
+    if window is None:
+        return mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
+    query = mx.array(tree.positions(prefix))[:, None]
+    keys = mx.concatenate([mx.arange(prefix), mx.array(tree.positions(prefix))])[None, :]
+    context = mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
+    return context & (query - keys < window)
