@@ -1,8 +1,8 @@
 """Speculative decoding: a proposer drafts, the target verifies, one round at a time.
 
 `SpeculativeDecoder.round()` reads top to bottom as mlx-lm's generate_step does: propose, verify,
-accept, roll back, commit. Who proposes is a proposer (engine/decode/proposers.py: the DFlash
-drafter); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
+accept, roll back, commit. Who proposes is a Proposer (engine/decode/proposer_base.py:
+the drafter, lookup or a draft model); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
 acceptance is engine/decode/acceptance.py's; rollback engine/decode/rollback.py's. With
 --block-size auto a controller picks each round's length (engine/decode/verify_length.py) and,
 where drafting does not pay, runs plain steps in pipelined stretches.
@@ -78,9 +78,7 @@ class SpeculativeDecoder(Decoder):
         except CalibrationCancelled:
             return False
         self.verify_length = VerifyLengthController(curve, self.block)
-        price = getattr(self.proposer, "price_copies", None)  # --lookup: copies as long as they pay here
-        if price is not None:
-            price(curve)
+        self.proposer.price_copies(curve)  # --lookup: copies as long as they pay here
         return True
 
     def prefill(self):
@@ -115,8 +113,7 @@ class SpeculativeDecoder(Decoder):
 
     def copy_ready(self) -> bool:
         """Whether the proposer has a copy worth verifying now (--lookup; never without it)."""
-        ready = getattr(self.proposer, "copy_ready", None)
-        return ready is not None and ready()
+        return self.proposer.copy_ready()
 
     @property
     def keeps_taps(self) -> bool:
@@ -188,7 +185,6 @@ class SpeculativeDecoder(Decoder):
         model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
         start = self.position  # decode() moves self.position on as each step's event is taken
-        watch = hasattr(self.proposer, "copy_ready")  # --lookup: DFlash rounds that take copies
         ending = False  # a copy showed: the step queued then is the stretch's last
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
@@ -208,9 +204,8 @@ class SpeculativeDecoder(Decoder):
             token = int(token_array.item())
             committed, _ = self.out.add_many([token])
             self.proposer.observe(committed, taps)
-            if watch:
-                self.proposer.stepped(committed)
-            if more and watch and self.copy_ready():
+            self.proposer.stepped(committed)
+            if more and self.copy_ready():
                 ending = True
             self.verify_length.skipped()
             t1 = time.perf_counter()
