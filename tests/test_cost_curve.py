@@ -316,15 +316,15 @@ def test_a_sharded_run_measures_its_curve_once_per_process(qwen3_pair, monkeypat
     timings kept), but it was measured again at every run's start: a sharded `bench` of 10 prompts
     measured it 20 times. Now once per process (every rank runs the same commands, so every rank finds
     it at the same point), again for another block or with --fresh, and never written to the cache."""
+    from engine.decode.curve import CurveStore
     from engine.runtime.distributed import Ranks
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cc, "_SHARDED", {})
     monkeypatch.setattr(cc, "_agreed", lambda curve, pair: curve)  # one process: no peers to agree with
     calls = []
     real = cc.measure_steps
     monkeypatch.setattr(cc, "measure_steps", lambda pair, **k: calls.append(k["block"]) or real(qwen3_pair, **k))
-    sharded = replace(qwen3_pair, ranks=Ranks(rank=0, size=2))
+    sharded = replace(qwen3_pair, ranks=Ranks(rank=0, size=2), curves=CurveStore())
     first, cached = cc.cost_curve(sharded, block=3, repeats=1)
     assert not cached and calls == [3]
     again, cached = cc.cost_curve(sharded, block=3, repeats=1)

@@ -299,16 +299,6 @@ def _from_json(data: dict) -> CostCurve:
     return CostCurve(**values)
 
 
-# Curves this process measured but could not write to the cache folder, by their cache file: an
-# unwritable cache costs one measurement per process, not one per run.
-_UNWRITTEN: dict[str, CostCurve] = {}
-_STOPPED: dict[str, list[DepthPoint]] = {}  # cache key -> the depths a stopped measurement finished
-# A sharded run's curves (rank 0's timings, agreed), by cache key: measured once per process, not at
-# every run's start (a `bench` of 10 prompts measured it 20 times). Every rank runs the same commands
-# in the same order, so every rank finds a curve here, or measures it, at the same point.
-_SHARDED: dict[str, CostCurve] = {}
-
-
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
                      window: int = 0, sink: int = 0, cancel: Optional[CancelToken] = None,
                      sampling: Optional[SamplingSettings] = None,
@@ -321,17 +311,17 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
                              sampling=sampling, kept=kept)
 
-    key = cache_key(pair, block, repeats, window, sink, sampling)
+    key, store = cache_key(pair, block, repeats, window, sink, sampling), pair.curves
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
-        if not fresh and key in _SHARDED:
-            return _SHARDED[key], True
-        curve = _SHARDED[key] = _agreed((yield from measured()), pair)
+        if not fresh and key in store.sharded:
+            return store.sharded[key], True
+        curve = store.sharded[key] = _agreed((yield from measured()), pair)
         return curve, False
     path = cache_dir() / "cost-curves" / f"{key}.json"
-    if not fresh and str(path) in _UNWRITTEN:
-        return _UNWRITTEN[str(path)], True
+    if not fresh and str(path) in store.unwritten:
+        return store.unwritten[str(path)], True
     if not fresh and path.is_file():
         try:
             data = json_text.loads(path.read_bytes())
@@ -343,13 +333,13 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
             pass  # a damaged cache entry is measured again
     # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
     # started again from the first, and a long prompt's first run spends most of its time here)
-    kept = _STOPPED.setdefault(key, []) if not fresh else []
+    kept = store.stopped.setdefault(key, []) if not fresh else []
     curve = yield from measured(kept)
-    _STOPPED.pop(key, None)
+    store.stopped.pop(key, None)
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError as exc:
-        _UNWRITTEN[str(path)] = curve  # kept for this process's next runs
+        store.unwritten[str(path)] = curve  # kept for this pair's next runs
         on_note(f"the curve is not cached ({exc}); it is kept for this process only, so the next command "
                 "measures it again")
     return curve, False

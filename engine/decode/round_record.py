@@ -45,6 +45,8 @@ def _host_view(a: mx.array) -> np.ndarray:
     return view
 
 
+# Process-wide: a run's last tables may still compute as the next run starts, and a thread per run
+# would be made and joined at every run (the window's race runs many).
 _host_thread: Optional[ThreadPoolExecutor] = None
 
 
