@@ -214,7 +214,7 @@ def cmd_parity(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.tools.bench import load_prompts, run_bench
+    from engine.tools.bench import check_prompts, load_prompts, run_bench
     from engine.decode.prompts import encode_prompt
 
     check_bench_kind(args)
@@ -231,6 +231,7 @@ def cmd_bench(args) -> int:
         sizes = parse_sizes(args.block_sizes)  # before loading: a typo costs nothing
     pair = _load(args)
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
+    check_prompts(pair, prompts, args.max_tokens)  # before any cost curve is measured: a bad line costs nothing
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if sizes:
         return _bench_sizes(args, pair, prompts, sizes, progress)
