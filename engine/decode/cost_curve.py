@@ -56,6 +56,7 @@ from engine.runtime import blas
 from engine.runtime.distributed import from_root, rank_0_decides
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
+from engine.json_text import is_number
 
 
 class CalibrationCancelled(DFlashError):
@@ -254,7 +255,7 @@ def _sound(curve: CostCurve, block: int) -> bool:
     """A cached curve the controller can use: positive times for every verify length at every
     depth, depths ascending."""
     def positive(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        return is_number(v) and v > 0
 
     def sound(p: DepthPoint) -> bool:
         by_length = p.draft_by_length_ms

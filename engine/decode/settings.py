@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from engine.errors import SettingsError
+from engine.json_text import is_number
 
 # lookup: copies from the context verified, no drafter needed; draft-model: a small AR model drafts
 MODES = ("dflash", "ar", "lookup", "draft-model")
@@ -91,7 +92,7 @@ class SamplingSettings:
         if not isinstance(data, dict):
             return SamplingSettings()
         return SamplingSettings(**{k: v for k, v in data.items() if k in SamplingSettings.__dataclass_fields__
-                                   and isinstance(v, (int, float)) and not isinstance(v, bool)})
+                                   and is_number(v)})
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine import json_text
 from engine.errors import CheckpointError
+from engine.json_text import is_int, is_number
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
@@ -157,7 +158,7 @@ def _agree(path: Path, name: str, inner: Any, outer: Any, where: str = "under 'd
 
 def _positive(path: Path, name: str, value: Any, kind: type = int) -> Any:
     """A number > 0 of the given kind (int, or float accepting ints); else one sentence naming it."""
-    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    ok = is_number(value) if kind is float else is_int(value)
     if not ok or not value > 0 or (kind is float and not math.isfinite(value)):
         raise CheckpointError(f"{path}: field '{name}' should be a positive {kind.__name__}, found {value!r}.")
     return float(value) if kind is float else value
