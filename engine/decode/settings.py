@@ -170,4 +170,7 @@ class GenerationSettings:
         return asdict(self)
 
 
-DEFAULTS = GenerationSettings()
+
+# What a run gets when nothing is said (the command line's and the window's defaults): auto and lookup
+# on. GenerationSettings() itself keeps both off: code that builds settings says what it wants.
+DEFAULTS = GenerationSettings(auto=AUTO_BY_DEFAULT, lookup=LOOKUP_BY_DEFAULT)
