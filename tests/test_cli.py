@@ -426,7 +426,7 @@ def test_a_race_prices_a_difference_by_the_ar_logit_margin_where_it_starts(qwen3
     worst prompt's."""
     from dataclasses import replace
 
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import SummaryEvent
     from engine.decode.settings import GenerationSettings
     from engine.models.pair import load_pair

@@ -206,7 +206,7 @@ def test_auto_prices_a_round_at_the_runs_depth():
 def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_notice(qwen3_pair, monkeypatch, tmp_path):
     """The first auto run measures the curve as part of the run: progress events while it does, and a
     Stop there ends the run as cancelled (no error); the next run measures it again and uses it."""
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import CalibrationEvent, SummaryEvent
     from engine.decode.settings import GenerationSettings
 
@@ -245,7 +245,7 @@ def test_a_stopped_measurement_goes_on_from_the_depths_it_finished(qwen3_pair, m
     (the measurement started again from its first step, and a long prompt's first run spends most of
     its time there; QA pass). The curve is whole, and cached, in the end."""
     from engine.decode.cancel import CancelToken
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import CalibrationEvent
     from engine.decode.settings import GenerationSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import RoundEvent, from_dict, to_dict
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings, SamplingSettings

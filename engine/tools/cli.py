@@ -95,7 +95,7 @@ def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterat
 
 
 def cmd_generate(args) -> int:
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.prompts import format_name
     from engine.safe_write import check_output
