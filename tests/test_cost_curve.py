@@ -316,7 +316,7 @@ def test_a_sharded_run_measures_its_curve_once_per_process(qwen3_pair, monkeypat
     timings kept), but it was measured again at every run's start: a sharded `bench` of 10 prompts
     measured it 20 times. Now once per process (every rank runs the same commands, so every rank finds
     it at the same point), again for another block or with --fresh, and never written to the cache."""
-    from engine.decode.curve import CurveStore
+    from engine.decode.cost_curve_data import CurveStore
     from engine.runtime.distributed import Ranks
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))

@@ -18,7 +18,7 @@ VM, six calibrations of the demo pair each way, 3 sweeps against the budget's 6/
 put a verify of 4 at depth 32 at 1.08-1.26 AR steps against 1.17-1.24, and the spread of a verify
 of 2, 4, 8, 16 at the three depths fell from 0.051 to 0.042 AR steps (mean sd). A model whose
 sweep takes seconds gets its `repeats`, as before. The curve itself, its interpolation between
-depths and its fit are engine/decode/curve.py's. Cached per target and drafter files, block,
+depths and its fit are engine/decode/cost_curve_data.py's. Cached per target and drafter files, block,
 window, device and BLAS in the user cache, and per kind of sampling (`sampling_kind`): an AR step
 includes drawing its token, a verify the acceptance of its drafts and a draft drawing them, as in
 a run with those settings. At T > 0 over a 152k vocabulary on the CPU these draws cost as much as
@@ -41,7 +41,7 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
-from engine.decode.curve import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
+from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
 from engine.decode.acceptance import accept
 from engine.decode.proposal import propose
 from engine.decode.sampling import Sampler, log_probs

@@ -11,7 +11,7 @@ from typing import Optional
 
 import mlx.core as mx
 
-from engine.decode.curve import CostCurve
+from engine.decode.cost_curve_data import CostCurve
 from engine.decode.events import DRAFTER
 from engine.decode.proposal import Proposal
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import mlx.core as mx
 
-from engine.decode.curve import CostCurve
+from engine.decode.cost_curve_data import CostCurve
 from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate, LookupIndex, LookupMatch,
                                   common_prefix, copy_cap, draft_length)
 from engine.decode.events import DRAFT_MODEL, DRAFTER, LOOKUP

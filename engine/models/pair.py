@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.decode.curve import CurveStore
+from engine.decode.cost_curve_data import CurveStore
 from engine.models.kernel_dispatch import install_kernels
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter
