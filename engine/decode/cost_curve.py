@@ -43,7 +43,7 @@ from engine import json_text
 from engine.decode.cancel import CancelToken
 from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
 from engine.decode.acceptance import accept
-from engine.decode.proposal import propose
+from engine.decode.drafts import propose
 from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import context_length, prefill

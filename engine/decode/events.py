@@ -69,7 +69,7 @@ class RoundEvent:
     target_p: list[float] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
     target_rank: list[int] = field(default_factory=list)
-    # DFlash2, per verified draft (engine/decode/proposal.py): the selector's K candidates and their
+    # DFlash2, per verified draft (engine/decode/drafts.py): the selector's K candidates and their
     # scores, best first; the rank of the target's choice among them (-1: not a candidate); the
     # head's plain argmax (where it differs from the draft, the selector's rescoring changed it)
     candidates: list[list[int]] = field(default_factory=list)

@@ -13,7 +13,7 @@ import mlx.core as mx
 
 from engine.decode.cost_curve_data import CostCurve
 from engine.decode.events import DRAFTER
-from engine.decode.proposal import Proposal
+from engine.decode.drafts import Proposal
 
 
 def no_drafts(source: str) -> Proposal:

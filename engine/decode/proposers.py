@@ -12,7 +12,7 @@ from engine.decode.cost_curve_data import CostCurve
 from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate, LookupIndex, LookupMatch,
                                   common_prefix, copy_cap, draft_length)
 from engine.decode.events import DRAFT_MODEL, DRAFTER, LOOKUP
-from engine.decode.proposal import Proposal, propose
+from engine.decode.drafts import Proposal, propose
 from engine.decode.proposer_base import Proposer, no_drafts
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings

@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.decode.events import Event, RoundEvent
-from engine.decode.proposal import Proposal, selector_fields, selector_table, selector_table_on_host
+from engine.decode.drafts import Proposal, selector_fields, selector_table, selector_table_on_host
 from engine.decode.why import as_lists, explain, explain_on_host
 
 
