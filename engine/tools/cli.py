@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.events import ENDED_AT_ONCE, NOT_TIMED
+from engine.decode.prefill import check_prompt
 from engine.errors import DFlashError
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
 from engine.tools.curve_progress import measure_cost_curves
@@ -107,6 +108,7 @@ def cmd_generate(args) -> int:
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
+    check_prompt(pair, ids, settings.max_tokens)  # nor a prompt past the context (nor is a cost curve measured)
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
     with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
@@ -162,6 +164,7 @@ def cmd_parity(args) -> int:
     pair, text = _load(args), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
+    check_prompt(pair, ids, settings.max_tokens)  # and a prompt past the context, before a cost curve is measured
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
         measure_cost_curves(pair, [settings])
