@@ -116,7 +116,7 @@ def run_gui(args: argparse.Namespace) -> int:
 def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int], trace: Optional[str]) -> int:
     from engine.decode.settings import DEFAULTS
     from engine.errors import DFlashError
-    from engine.safe_write import check_output, replace_with, temporary_name
+    from engine.safe_write import atomic_path, check_output
 
     try:  # before the demo run: a path that cannot be written costs nothing
         path = check_output(path, "the screenshot", inputs=(trace,))  # never over the trace it shows
@@ -158,11 +158,12 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
     except OSError as exc:
         print(f"error: {path.parent}: cannot create the folder ({exc.strerror}).", file=sys.stderr)
         return 2
-    tmp = temporary_name(path, ".png")
-    if not window.grab().save(str(tmp), "PNG"):
-        tmp.unlink(missing_ok=True)
+    try:
+        with atomic_path(path, ".png") as tmp:
+            if not window.grab().save(str(tmp), "PNG"):
+                raise OSError("Qt could not save it")
+    except OSError:
         print(f"error: {path}: cannot write the PNG.", file=sys.stderr)
         return 2
-    replace_with(tmp, path)
     print(f"saved {path}")
     return 0

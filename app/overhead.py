@@ -55,7 +55,7 @@ class Headless:
             raise errors[0]
 
     def tok_s(self) -> float:
-        from engine.decode.decoder import generate
+        from engine.decode.generate import generate
         from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT, GenerationSettings
         from engine.decode.prompts import encode_prompt
 

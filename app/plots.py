@@ -11,7 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 
 from engine.errors import DFlashError
-from engine.safe_write import check_output, replace_with, temporary_name
+from engine.safe_write import atomic_path, check_output
 from app import theme
 from app.run_record import RunRecord
 
@@ -167,14 +167,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             check_output(path, "the plots")
         except DFlashError:
             return False
-        tmp = temporary_name(path, ".png")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.grab().save(str(tmp), "PNG"):
-                tmp.unlink(missing_ok=True)
-                return False
-            replace_with(tmp, path)
+            with atomic_path(path, ".png") as tmp:
+                if not self.grab().save(str(tmp), "PNG"):
+                    raise OSError("Qt could not save it")
         except OSError:
-            tmp.unlink(missing_ok=True)
             return False
         return True

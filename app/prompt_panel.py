@@ -17,6 +17,7 @@ from engine.decode.settings import (
     GenerationSettings, SamplingSettings,
 )
 from app.settings import AppSettings
+from engine.json_text import is_int, is_number
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
 THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
@@ -233,10 +234,10 @@ class PromptPanel(QGroupBox):
                            (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed")),
                            (self.draft_window, settings.get("draft_window")),
                            (self.draft_sink, settings.get("draft_sink"))):
-            if isinstance(value, int) and not isinstance(value, bool):
+            if is_int(value):
                 box.setValue(min(max(value, box.minimum()), box.maximum()))
         for box, value in ((self.temperature, sampling.get("temperature")), (self.top_p, sampling.get("top_p"))):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            if is_number(value) and value == value:
                 box.setValue(float(value))
 
     # ---- persistence ------------------------------------------------------------------------

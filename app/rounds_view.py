@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QHeaderView, QLabel, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
 )
 
-from engine.decode.calibration import broke_at
+from engine.decode.confidence import broke_at
 from engine.decode.events import DRAFT_MODEL, LOOKUP, PLAIN, RoundEvent
 from engine.decode.selector_stats import has_selector, miss, positions
 from app import theme

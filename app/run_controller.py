@@ -31,6 +31,7 @@ from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
 from app.run_messages import calibration_left_s, done_message, prefill_message
+from engine.json_text import is_int
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
@@ -392,4 +393,4 @@ class RunController(QObject):
 
 def _count(value) -> int:
     """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if is_int(value) and value >= 0 else 0

@@ -22,6 +22,7 @@ from engine.decode.settings import (
     AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_NUM_DRAFT, MAX_TEMPERATURE,
     MAX_TOKENS_LIMIT, MODES, NUM_DRAFT,
 )
+from engine.json_text import is_int, is_number
 
 FILE_NAME = "settings.json"
 MAX_RECENT = 8
@@ -79,9 +80,9 @@ def _typed(value: Any, default: Any) -> bool:
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value)
     if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     return isinstance(value, type(default))
 
 

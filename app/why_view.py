@@ -18,7 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from engine.decode.calibration import calibration
+from engine.decode.confidence import calibration
 from engine.decode.depth_stats import DepthStats, round_times, step_times
 from engine.decode.events import TextEvent
 from app import theme

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 
-import engine.decode.decoder as engine_generate
+import engine.decode.generate as engine_generate
 import engine.tools.parity as engine_parity
 import engine.models.pair as engine_session
 from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled

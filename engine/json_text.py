@@ -19,3 +19,13 @@ def loads(text: str | bytes) -> Any:
         raise ValueError("nested too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
+
+
+def is_int(value: Any) -> bool:
+    """An integer, and not a bool (JSON's true is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

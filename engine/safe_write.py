@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 from engine.errors import DFlashError
 
@@ -95,7 +96,25 @@ def check_output(path: str | Path, what: str, inputs: Iterable[Optional[str | Pa
 
 
 def temporary_name(path: Path, suffix: str = ".tmp") -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}{suffix}")
+    """A name beside `path` that no other writer uses (the ranks of one job start together)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}{suffix}")
+
+
+@contextmanager
+def atomic_path(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """The one way files are written in place: the block writes the temporary name this yields (numpy
+    and MLX take a name, and insist on their `suffix`), which is renamed over `path` when the block
+    ends, and removed when it raises. A crash leaves either the old file or the new one."""
+    tmp = temporary_name(path, suffix)
+    try:
+        yield tmp
+        replace_with(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # no temporary file was made (its folder is a file, say)
+            pass
+        raise
 
 
 def replace_with(tmp: Path, path: Path) -> None:
@@ -113,17 +132,11 @@ def replace_with(tmp: Path, path: Path) -> None:
 def write_atomic(path: str | Path, data: str | bytes, what: str = "the file") -> None:
     """Write `data` to a temporary file beside `path`, flush it to disk, then rename it over `path`."""
     path = Path(path)
-    tmp = temporary_name(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        replace_with(tmp, path)
     except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # no temporary file was made (its folder is a file, say)
-            pass
         raise DFlashError(f"{path}: cannot write {what} ({exc.strerror or exc}).") from None

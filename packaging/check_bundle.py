@@ -234,7 +234,7 @@ def check_layout(report: Report, bundle: Path) -> None:
     tok = [m for m in modules if m.startswith("transformers.models.") and ".tokenization_" in m]
     report.add("archive: transformers tokenizer modules", "transformers.models.qwen2.tokenization_qwen2" in modules,
                f"{len(tok)} modules")
-    ours = ["app.cli", "engine.tools.cli", "engine.decode.decoder", "engine.runtime.blas", "kernels", "app.main", "app.window"]
+    ours = ["app.cli", "engine.tools.cli", "engine.decode.generate", "engine.runtime.blas", "kernels", "app.main", "app.window"]
     missing = [m for m in ours if m not in modules]
     report.add("archive: engine, kernels, app", not missing, f"missing {missing}" if missing else "")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.decode.events import RoundEvent, SummaryEvent
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.settings import GenerationSettings
 from engine.decode.prompts import encode_prompt
 

@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import main as cli
 from engine.decode.advisor import advise, committed_per_round, streaks
-from engine.decode.curve import CostCurve
+from engine.decode.cost_curve_data import CostCurve
 
 
 def _curve(block: int = 4) -> CostCurve:

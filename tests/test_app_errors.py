@@ -6,7 +6,7 @@ import threading
 import pytest
 from PySide6.QtCore import Qt
 
-import engine.decode.decoder
+import engine.decode.generate
 import engine.models.pair
 from engine.models.doctor import check_pair
 from engine.errors import SettingsError
@@ -70,20 +70,20 @@ def test_load_errors_show_the_engine_sentence(qtbot, make_window, qwen3_tied_dir
 
 def test_out_of_memory_is_named(qtbot, make_window, qwen3_tied_dirs, monkeypatch):
     """MLX raises RuntimeError on a failed allocation; simulated at the engine boundary."""
-    real = engine.decode.decoder.generate
+    real = engine.decode.generate.generate
 
     def oom(*args, **kwargs):
         raise RuntimeError("[malloc] Unable to allocate 68719476736 bytes.")
         yield  # pragma: no cover
 
-    monkeypatch.setattr(engine.decode.decoder, "generate", oom)
+    monkeypatch.setattr(engine.decode.generate, "generate", oom)
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=12)
     with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
         run_and_wait(qtbot, w)
     assert shown.args == [OUT_OF_MEMORY]
     assert w.loaded is not None  # the pair itself loaded and stays loaded
-    monkeypatch.setattr(engine.decode.decoder, "generate", real)
+    monkeypatch.setattr(engine.decode.generate, "generate", real)
     assert_usable_after(qtbot, w, qwen3_tied_dirs, PROMPTS[0])
 
 

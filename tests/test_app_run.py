@@ -8,7 +8,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
 from engine.decode.events import PrefillEvent, RoundEvent, SummaryEvent
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import first_divergence
 from app import theme

@@ -58,7 +58,7 @@ def test_a_copys_break_is_told_from_the_targets_side():
     """A copy (lookup) proposes its tokens with certainty: the tooltip gives no confidence line and names the
     copied token where the copy broke, with the target's probability of it and its own choice's margin; the
     calibration plot, which is about a drafter's confidence, leaves copies out."""
-    from engine.decode.calibration import calibration
+    from engine.decode.confidence import calibration
     from engine.decode.events import RoundEvent
 
     def event(source, draft_p, target_rank):

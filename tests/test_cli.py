@@ -149,6 +149,27 @@ def test_bench_bad_prompts_file(qwen3_tied_dirs, tmp_path, capsys):
     assert load_prompts(prompts) == ["ok"]
 
 
+@pytest.mark.parametrize("command", ["bench", "bench --methods ar,dflash-auto", "generate", "parity"])
+def test_a_prompt_too_long_is_refused_before_the_cost_curve_is_measured(qwen3_tied_dirs, tmp_path, capsys,
+                                                                       monkeypatch, command):
+    """A prompt past the target's context is refused before the cost curve is measured (20 s on the demo
+    pair, minutes for a large vocabulary), naming the prompt; it was refused only after the measurement."""
+    from engine.decode import cost_curve as cc
+
+    monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(cc, "measure_steps", lambda *a, **k: measured.append(k) or iter(()))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"prompt": "word " * 5000}) + "\n")
+    given = ["--prompts", str(prompts)] if command.startswith("bench") else ["--prompt", "word " * 5000]
+    argv = [*command.split(), *pair_args(qwen3_tied_dirs), *given, "--max-tokens", "8", "--block-size", "auto"]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "context is 4096" in err and err.count("\n") == 1
+    assert "prompt 2 ('word word" in err if command.startswith("bench") else "the prompt has" in err
+    assert measured == []
+
+
 @pytest.mark.parametrize(
     "extra, words",
     [
@@ -408,7 +429,7 @@ def test_a_race_prices_a_difference_by_the_ar_logit_margin_where_it_starts(qwen3
     worst prompt's."""
     from dataclasses import replace
 
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import SummaryEvent
     from engine.decode.settings import GenerationSettings
     from engine.models.pair import load_pair

@@ -206,7 +206,7 @@ def test_auto_prices_a_round_at_the_runs_depth():
 def test_auto_measures_the_curve_inside_the_run_with_progress_and_stop_is_a_notice(qwen3_pair, monkeypatch, tmp_path):
     """The first auto run measures the curve as part of the run: progress events while it does, and a
     Stop there ends the run as cancelled (no error); the next run measures it again and uses it."""
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import CalibrationEvent, SummaryEvent
     from engine.decode.settings import GenerationSettings
 
@@ -245,7 +245,7 @@ def test_a_stopped_measurement_goes_on_from_the_depths_it_finished(qwen3_pair, m
     (the measurement started again from its first step, and a long prompt's first run spends most of
     its time there; QA pass). The curve is whole, and cached, in the end."""
     from engine.decode.cancel import CancelToken
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import CalibrationEvent
     from engine.decode.settings import GenerationSettings
 
@@ -316,15 +316,15 @@ def test_a_sharded_run_measures_its_curve_once_per_process(qwen3_pair, monkeypat
     timings kept), but it was measured again at every run's start: a sharded `bench` of 10 prompts
     measured it 20 times. Now once per process (every rank runs the same commands, so every rank finds
     it at the same point), again for another block or with --fresh, and never written to the cache."""
+    from engine.decode.cost_curve_data import CurveStore
     from engine.runtime.distributed import Ranks
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cc, "_SHARDED", {})
     monkeypatch.setattr(cc, "_agreed", lambda curve, pair: curve)  # one process: no peers to agree with
     calls = []
     real = cc.measure_steps
     monkeypatch.setattr(cc, "measure_steps", lambda pair, **k: calls.append(k["block"]) or real(qwen3_pair, **k))
-    sharded = replace(qwen3_pair, ranks=Ranks(rank=0, size=2))
+    sharded = replace(qwen3_pair, ranks=Ranks(rank=0, size=2), curves=CurveStore())
     first, cached = cc.cost_curve(sharded, block=3, repeats=1)
     assert not cached and calls == [3]
     again, cached = cc.cost_curve(sharded, block=3, repeats=1)

@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.activations import swiglu as mlx_lm_swiglu
 
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import SummaryEvent
 from engine.decode.settings import GenerationSettings
 from engine.models.kernel_dispatch import DISABLE_ENV

@@ -330,7 +330,7 @@ def test_bench_compares_v1_and_dflash2_on_the_same_ar_runs(qwen3_untied_dirs, df
 def test_rounds_without_diagnostics_decode_the_same(which, request):
     """diagnostics=False (the command line without a trace, bench) skips only the tables: the same tokens,
     the same rounds and acceptances, and no table fields; the command line asks for them with --trace."""
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
 
     pair = request.getfixturevalue("qwen3_pair" if which == "dflash" else "dflash2_pair")
     ids = encode_prompt(pair.tokenizer, "def add(a, b):", chat=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import SummaryEvent
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings

@@ -146,3 +146,17 @@ def test_the_window_sends_no_sink_beside_the_whole_context(qtbot):
     panel.draft_window.setValue(0)
     assert not panel.draft_sink.isEnabled()
     assert panel.settings().draft_sink == 0 and panel.settings().draft_window == 0
+
+
+def test_the_defaults_are_what_a_run_gets_when_nothing_is_said():
+    """settings.DEFAULTS is what the command line runs without flags (auto and lookup on), not the
+    dataclass's own fields (both off: code that builds settings says what it wants)."""
+    from engine.decode.settings import DEFAULTS
+    from engine.tools.cli import _settings
+    from engine.tools.cli_parser import build_parser
+
+    from dataclasses import replace
+
+    given = _settings(build_parser().parse_args(["generate", "--prompt", "x"]), "dflash")
+    # the command line computes the diagnostic tables only for a trace
+    assert given == replace(DEFAULTS, diagnostics=False) and DEFAULTS.auto and DEFAULTS.lookup

@@ -178,7 +178,7 @@ def test_a_copy_is_as_long_as_the_cost_curve_makes_pay(alternating_dirs, oracle_
     (a bfloat16 or 4-bit target on a CPU comes near it), copies stay short instead of verifying up to 32
     tokens (an 18-token copy there cost 10 AR steps and committed 2). Outputs stay AR's."""
     import engine.decode.speculative as speculative
-    from engine.decode.curve import CostCurve
+    from engine.decode.cost_curve_data import CostCurve
     from engine.decode.lookup import DEPTH_CAP, copy_cap
     from engine.decode.verify_length import VerifyLengthController
 

@@ -86,3 +86,19 @@ def test_bundled_demo_models_resolve_by_name(qwen3_tied_dirs, tmp_path, monkeypa
     assert resolve_model_path("demo-hybrid-target").resolve() == tmp_path / "demo-hybrid-target"
     with pytest.raises(CheckpointError, match="no such folder"):
         resolve_model_path("stray-name")  # other bare names are not looked up among the bundled models
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path):
+    """atomic_path, the one way files are written in place: the new file replaces the old only whole."""
+    from engine.safe_write import atomic_path, write_atomic
+
+    path = tmp_path / "settings.json"
+    write_atomic(path, "old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(path, ".npy") as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("the writer failed")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["settings.json"]
+    with atomic_path(path) as tmp:
+        tmp.write_text("new")
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["settings.json"]

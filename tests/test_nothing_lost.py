@@ -299,7 +299,7 @@ class _CancelAfterFirstChunk:
 
 
 def test_stop_reaches_prefill_between_chunks(qwen3_pair, monkeypatch):
-    import engine.decode.decoder as decoder
+    import engine.decode.generate as decoder
     import engine.decode.prefill as prefill
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.settings import GenerationSettings
@@ -315,7 +315,7 @@ def test_stop_reaches_prefill_between_chunks(qwen3_pair, monkeypatch):
 
 
 def test_prompts_longer_than_the_context_are_refused(qwen3_pair, qwen3_tied_dirs, tmp_path, capsys):
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.settings import GenerationSettings
     from engine.errors import SettingsError
 

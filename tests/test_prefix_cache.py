@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import engine.decode.prefill as prefill
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import PrefillEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt

@@ -4,7 +4,7 @@ import pytest
 
 from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 from engine.decode.cancel import CancelToken
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.settings import GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair

@@ -4,7 +4,7 @@ until the tokens after them complete the stop or rule it out."""
 import pytest
 
 from engine.decode.events import SummaryEvent, TextEvent
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.output import OutputTracker
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings

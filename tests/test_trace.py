@@ -7,7 +7,7 @@ import pytest
 from app.cli import main as cli
 from engine.errors import DFlashError
 from engine.decode.events import RoundEvent
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.tools.trace import SCHEMA, TraceWriter, read_trace

@@ -209,7 +209,7 @@ def test_trained_drafter_partial_accepts_stay_lossless(qwen3_tied_dirs, corpus_d
 
 
 def _ar_tokens(pair, prompt_ids, n):
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
 
     settings = GenerationSettings(mode="ar", max_tokens=n)
     return [t for e in generate(pair, prompt_ids, settings) if e.type == "text" for t in e.token_ids]

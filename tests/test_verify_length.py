@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from engine.decode.curve import CostCurve, fitted
+from engine.decode.cost_curve_data import CostCurve, fitted
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import SamplingSettings
 from engine.decode.events import PLAIN

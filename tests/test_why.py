@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import RoundEvent, from_dict, to_dict
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings, SamplingSettings
@@ -60,7 +60,7 @@ def test_the_host_tables_equal_the_mlx_ones():
     import mlx.core as mx
     import numpy as np
 
-    from engine.decode.proposal import selector_table, selector_table_on_host
+    from engine.decode.drafts import selector_table, selector_table_on_host
     from engine.decode.why import explain, explain_on_host
     from engine.models.drafter2 import Selection
 

@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from engine.decode.curve import CostCurve
+from engine.decode.cost_curve_data import CostCurve
 from engine.decode.events import LOOKUP, field_of
 
 

@@ -15,7 +15,7 @@ of each. Past the `repeats` sweeps asked for, a depth takes more (up to EXTRA_SW
 many) while they fit in SWEEP_BUDGET_S, since auto's choices hang on these figures (what the
 extra sweeps steady: docs/performance.md, "Measuring the cost curve"). A model whose sweep takes
 seconds gets its `repeats`. The curve itself, its interpolation between
-depths and its fit are engine/decode/curve.py's. Cached per target and drafter files, block,
+depths and its fit are engine/decode/cost_curve_data.py's. Cached per target and drafter files, block,
 window, device and BLAS in the user cache, and per kind of sampling (`sampling_kind`): an AR step
 includes drawing its token, a verify the acceptance of its drafts and a draft drawing them, as in
 a run with those settings: at T > 0 over a large vocabulary on the CPU these draws cost as much as
@@ -37,9 +37,9 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
-from engine.decode.curve import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
+from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
 from engine.decode.acceptance import accept
-from engine.decode.proposal import propose
+from engine.decode.drafts import propose
 from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import context_length, prefill
@@ -52,6 +52,7 @@ from engine.runtime import blas
 from engine.runtime.distributed import from_root, rank_0_decides
 from engine.runtime.streams import STREAM
 from engine.safe_write import write_atomic
+from engine.json_text import is_number
 
 
 class CalibrationCancelled(DFlashError):
@@ -250,7 +251,7 @@ def _sound(curve: CostCurve, block: int) -> bool:
     """A cached curve the controller can use: positive times for every verify length at every
     depth, depths ascending."""
     def positive(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        return is_number(v) and v > 0
 
     def sound(p: DepthPoint) -> bool:
         by_length = p.draft_by_length_ms
@@ -295,16 +296,6 @@ def _from_json(data: dict) -> CostCurve:
     return CostCurve(**values)
 
 
-# Curves this process measured but could not write to the cache folder, by their cache file: an
-# unwritable cache costs one measurement per process, not one per run.
-_UNWRITTEN: dict[str, CostCurve] = {}
-_STOPPED: dict[str, list[DepthPoint]] = {}  # cache key -> the depths a stopped measurement finished
-# A sharded run's curves (rank 0's timings, agreed), by cache key: measured once per process, not at
-# every run's start (a `bench` of 10 prompts measured it 20 times). Every rank runs the same commands
-# in the same order, so every rank finds a curve here, or measures it, at the same point.
-_SHARDED: dict[str, CostCurve] = {}
-
-
 def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: int = 3, fresh: bool = False,
                      window: int = 0, sink: int = 0, cancel: Optional[CancelToken] = None,
                      sampling: Optional[SamplingSettings] = None,
@@ -317,17 +308,17 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
                              sampling=sampling, kept=kept)
 
-    key = cache_key(pair, block, repeats, window, sink, sampling)
+    key, store = cache_key(pair, block, repeats, window, sink, sampling), pair.curves
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
-        if not fresh and key in _SHARDED:
-            return _SHARDED[key], True
-        curve = _SHARDED[key] = _agreed((yield from measured()), pair)
+        if not fresh and key in store.sharded:
+            return store.sharded[key], True
+        curve = store.sharded[key] = _agreed((yield from measured()), pair)
         return curve, False
     path = cache_dir() / "cost-curves" / f"{key}.json"
-    if not fresh and str(path) in _UNWRITTEN:
-        return _UNWRITTEN[str(path)], True
+    if not fresh and str(path) in store.unwritten:
+        return store.unwritten[str(path)], True
     if not fresh and path.is_file():
         try:
             data = json_text.loads(path.read_bytes())
@@ -339,13 +330,13 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
             pass  # a damaged cache entry is measured again
     # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
     # started again from the first, and a long prompt's first run spends most of its time here)
-    kept = _STOPPED.setdefault(key, []) if not fresh else []
+    kept = store.stopped.setdefault(key, []) if not fresh else []
     curve = yield from measured(kept)
-    _STOPPED.pop(key, None)
+    store.stopped.pop(key, None)
     try:
         write_atomic(path, json.dumps(asdict(curve), indent=2), "the cost curve cache")
     except DFlashError as exc:
-        _UNWRITTEN[str(path)] = curve  # kept for this process's next runs
+        store.unwritten[str(path)] = curve  # kept for this pair's next runs
         on_note(f"the curve is not cached ({exc}); it is kept for this process only, so the next command "
                 "measures it again")
     return curve, False

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Optional, Union
 
+from engine.json_text import is_int, is_number
+
 
 @dataclass
 class StartEvent:
@@ -67,7 +69,7 @@ class RoundEvent:
     target_p: list[float] = field(default_factory=list)
     margin: list[float] = field(default_factory=list)
     target_rank: list[int] = field(default_factory=list)
-    # DFlash2, per verified draft (engine/decode/proposal.py): the selector's K candidates and their
+    # DFlash2, per verified draft (engine/decode/drafts.py): the selector's K candidates and their
     # scores, best first; the rank of the target's choice among them (-1: not a candidate); the
     # head's plain argmax (where it differs from the draft, the selector's rescoring changed it)
     candidates: list[list[int]] = field(default_factory=list)
@@ -160,11 +162,11 @@ def field_of(record: Any, name: str, default: Any = None) -> Any:
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return is_int(v)
 
 
 def _is_number(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and v == v
+    return is_number(v) and v == v
 
 
 # What each annotation (as written above) accepts in a record read back from a file.

@@ -21,6 +21,7 @@ from engine.models.cache_state import CacheMark, mark
 from engine.models.drafter_config import flat_config
 from engine.models.pair import LoadedPair
 from engine.runtime.distributed import heartbeat
+from engine.json_text import is_int
 
 PREFILL_STEP = 1024  # tokens per chunk on a GPU
 CPU_PREFILL_STEP = 256
@@ -42,7 +43,7 @@ def check_prompt(pair: LoadedPair, prompt_ids: list[int], max_tokens: int) -> No
 
 def context_length(pair: LoadedPair) -> Optional[int]:
     value = flat_config(pair.target_config).get("max_position_embeddings")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if is_int(value) and value > 0 else None
 
 
 def chunk_size() -> int:

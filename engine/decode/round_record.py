@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.decode.events import Event, RoundEvent
-from engine.decode.proposal import Proposal, selector_fields, selector_table, selector_table_on_host
+from engine.decode.drafts import Proposal, selector_fields, selector_table, selector_table_on_host
 from engine.decode.why import as_lists, explain, explain_on_host
 
 
@@ -45,6 +45,8 @@ def _host_view(a: mx.array) -> np.ndarray:
     return view
 
 
+# Process-wide: a run's last tables may still compute as the next run starts, and a thread per run
+# would be made and joined at every run (the window's race runs many).
 _host_thread: Optional[ThreadPoolExecutor] = None
 
 

@@ -12,7 +12,7 @@ candidate) and the drafter head's plain argmax. From these:
   selector's rescoring changed the plain argmax, and with what result.
 
 Run statistics count the judged drafts: those the target saw after a fully accepted prefix
-(positions 0..accepted of each round), as engine/decode/calibration.py does. Drafts after the
+(positions 0..accepted of each round), as engine/decode/confidence.py does. Drafts after the
 first rejection were scored against a wrong prefix and never reached the output.
 Plain Python over round events or trace records; v1 rounds carry no candidates and give None.
 """

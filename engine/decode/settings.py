@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from engine.errors import SettingsError
+from engine.json_text import is_number
 
 # lookup: copies from the context verified, no drafter needed; draft-model: a small AR model drafts
 MODES = ("dflash", "ar", "lookup", "draft-model")
@@ -80,7 +81,7 @@ class SamplingSettings:
         if not isinstance(data, dict):
             return SamplingSettings()
         return SamplingSettings(**{k: v for k, v in data.items() if k in SamplingSettings.__dataclass_fields__
-                                   and isinstance(v, (int, float)) and not isinstance(v, bool)})
+                                   and is_number(v)})
 
 
 @dataclass(frozen=True)
@@ -158,4 +159,7 @@ class GenerationSettings:
         return asdict(self)
 
 
-DEFAULTS = GenerationSettings()
+
+# What a run gets when nothing is said (the command line's and the window's defaults): auto and lookup
+# on. GenerationSettings() itself keeps both off: code that builds settings says what it wants.
+DEFAULTS = GenerationSettings(auto=AUTO_BY_DEFAULT, lookup=LOOKUP_BY_DEFAULT)

@@ -29,7 +29,7 @@ drafting memory with plain tokens (docs/performance.md, "Tried and not kept").
 
 from __future__ import annotations
 
-from engine.decode.curve import CostCurve
+from engine.decode.cost_curve_data import CostCurve
 
 DECAY = 0.97  # weight of a round's evidence after each newer round: ~30 rounds of memory
 PRIOR_WEIGHT = 2.0  # a_j's prior counts as two rounds: a_1's is FIRST_PRIOR, a_j's (j > 1) is a_{j-1}

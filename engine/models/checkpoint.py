@@ -7,6 +7,7 @@ MLX runtime saves them with one. Both are accepted and named the second way once
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -175,13 +176,15 @@ def target_fingerprint(target_path: Path, samples: int = 64, sample_bytes: int =
     files = sorted(Path(target_path).glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{target_path}: no .safetensors weights to fingerprint the target by.")
-    stats = (samples, sample_bytes, *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
-    if stats not in _FINGERPRINTS:  # the doctor asks on every check of a pair, the window's included
-        _FINGERPRINTS[stats] = _sampled_digest(files, samples, sample_bytes)
-    return _FINGERPRINTS[stats]
+    stats = tuple((str(f), str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _fingerprint(stats, samples, sample_bytes)
 
 
-_FINGERPRINTS: dict[tuple, str] = {}
+# The doctor asks on every check of a pair (the window's included): the last few targets' digests
+# are kept, by their files' names, sizes and times, so a check does not read the samples again.
+@functools.lru_cache(maxsize=8)
+def _fingerprint(stats: tuple, samples: int, sample_bytes: int) -> str:
+    return _sampled_digest([Path(name) for name, *_ in stats], samples, sample_bytes)
 
 
 def model_name(path: Path) -> str:

@@ -17,6 +17,7 @@ from engine.decode.settings import DEFAULTS, draft_context_text
 from engine.models.drafter_config import SLIDING, DrafterConfig, flat_config, load_drafter_config, read_config_json
 from engine.errors import DFlashError, LoadCancelled
 from engine.models.paths import Progress, resolve_model_path
+from engine.json_text import is_int, is_number
 
 
 @dataclass
@@ -63,7 +64,7 @@ def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
             if key in REQUIRED_TARGET_FIELDS:
                 raise DFlashError(f"{config_file}: required field '{key}' is missing.")
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+        if not is_int(value) or not 0 < value <= limit:
             raise DFlashError(f"{config_file}: field '{key}' should be a positive integer up to {limit}, "
                               f"found {value!r}.")
     if not isinstance(config.get("model_type"), str) or not config["model_type"]:
@@ -71,8 +72,7 @@ def check_target_sizes(config_file: Path, config: dict[str, Any]) -> None:
                           f"{config.get('model_type')!r}.")
     for key, high in (("rope_theta", 1e12), ("rms_norm_eps", 1.0), ("layer_norm_eps", 1.0)):
         value = config.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                  or not 0 < value < high):
+        if value is not None and (not is_number(value) or not 0 < value < high):
             raise DFlashError(f"{config_file}: field '{key}' should be a positive number below {high:g}, "
                               f"found {value!r}.")
     if "tie_word_embeddings" in config and not isinstance(config["tie_word_embeddings"], bool):

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine import json_text
 from engine.errors import CheckpointError
+from engine.json_text import is_int, is_number
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
@@ -147,9 +148,17 @@ def _field(raw: dict, path: Path, name: str, kind: type, *sources: dict) -> Any:
     raise CheckpointError(f"{path}: required field '{name}' is missing.")
 
 
+def _agree(path: Path, name: str, inner: Any, outer: Any, where: str = "under 'dflash_config'") -> None:
+    """A field a config gives twice (`inner` where `where` says, `outer` at the top level) must say the
+    same both times: runtimes read one or the other, so the same file would run as two models."""
+    if inner is not None and outer is not None and (inner != outer or isinstance(inner, bool) != isinstance(outer, bool)):
+        raise CheckpointError(f"{path}: '{name}' is {inner!r} {where} but {outer!r} at the top level; "
+                              "runtimes read one or the other, so they must agree.")
+
+
 def _positive(path: Path, name: str, value: Any, kind: type = int) -> Any:
     """A number > 0 of the given kind (int, or float accepting ints); else one sentence naming it."""
-    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    ok = is_number(value) if kind is float else is_int(value)
     if not ok or not value > 0 or (kind is float and not math.isfinite(value)):
         raise CheckpointError(f"{path}: field '{name}' should be a positive {kind.__name__}, found {value!r}.")
     return float(value) if kind is float else value
@@ -174,12 +183,14 @@ def parse_drafter_config(raw: dict[str, Any], path: Path) -> DrafterConfig:
         raise CheckpointError(f"{path}: 'num_attention_heads' {heads} is not a multiple of "
                               f"'num_key_value_heads' {kv_heads}.")
     head_dim = _positive(path, "head_dim", raw.get("head_dim") or hidden // heads)
+    _agree(path, "block_size", dflash.get("block_size"), raw.get("block_size"))
     block_size = _field(raw, path, "block_size", int, dflash, raw)
     mask_id = _field(raw, path, "mask_token_id", int, dflash)
     if layers > 1024 or hidden > 1 << 20 or heads * head_dim > 1 << 20:
         raise CheckpointError(f"{path}: sizes {layers} layers x hidden {hidden} are beyond any real drafter.")
 
     rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+    _agree(path, "rope_theta", rope_params.get("rope_theta"), raw.get("rope_theta"), "under 'rope_parameters'")
     rope_theta = raw.get("rope_theta", rope_params.get("rope_theta"))
     if rope_theta is None:
         raise CheckpointError(
@@ -267,6 +278,7 @@ def drafter_generation(raw: dict[str, Any], dflash: dict[str, Any], path: Path, 
         return (v1[0] if v1 else V1_ARCHITECTURES[0]), None
 
     def key(name: str) -> Any:  # dflash_config first, then the top level, as the torch runtime reads it
+        _agree(path, name, dflash.get(name), raw.get(name))
         return dflash[name] if dflash.get(name) is not None else raw.get(name)
 
     for name in DFLASH2_KEYS:

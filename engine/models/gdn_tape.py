@@ -41,7 +41,8 @@ GDN_CLASS_NAMES = {"mlx_lm.models.qwen3_5": "GatedDeltaNet", "mlx_lm.models.qwen
 
 KIND = "Taped"
 
-# id(layer cache) -> the tape it records into; set only inside `recording()`.
+# id(layer cache) -> the tape it records into; set only inside `recording()`. A context variable, not
+# an argument: mlx-lm calls the swapped layer as layer(x, mask, cache), so the tape is found by its cache.
 _ACTIVE_TAPES: ContextVar[dict[int, "GDNTape"]] = ContextVar("dflash_active_tapes", default={})
 
 # model_type values (top level and text_config) whose targets carry GatedDeltaNet layers.

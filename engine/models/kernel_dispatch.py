@@ -6,8 +6,9 @@ with dispatchers. On the CPU: kernels/cpu_swiglu.py takes float32 blocks of seve
 (verifies, prefills) and kernels/verify_attention.py's host path takes float32 verify blocks.
 On a Metal GPU: kernels/verify_attention_metal.py takes half-precision verify blocks whose
 shape passed its one-time check. Everything else, one-token steps included, goes to mlx-lm's
-function unchanged. Every model of those files in this process gets them: outside the cases
-they take they are mlx-lm's own.
+function unchanged. Every model of those files in this process gets them (process-wide because
+mlx-lm's layers look these names up in their own module): outside the cases they take they are
+mlx-lm's own.
 DFLASH_NO_CPU_KERNELS=1 leaves mlx-lm alone on any device (to compare, or if one is ever suspected).
 """
 

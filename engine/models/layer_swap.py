@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-# (base class, kind) -> the subclass made for it, so each is made once.
+# (base class, kind) -> the subclass made for it, so each is made once: process-wide because classes
+# are (is_swapped() and original_class() recognise a swapped layer by its class); one per model class.
 _SUBCLASSES: dict[tuple[type, str], type] = {}
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from engine.json_text import is_int
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
@@ -99,7 +101,7 @@ def dtype_bytes(config: dict[str, Any], default: int = DEFAULT_DTYPE_BYTES) -> i
 
 def _int(config: dict[str, Any], key: str, default: int = 0) -> int:
     value = config.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    return value if is_int(value) and value > 0 else default
 
 
 def layer_kinds(config: dict[str, Any]) -> list[str]:

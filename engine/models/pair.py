@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine.decode.cost_curve_data import CurveStore
 from engine.models.kernel_dispatch import install_kernels
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter
@@ -38,6 +39,7 @@ class LoadedPair:
     collective_ms: float = 0.0  # one all_sum of a block's hidden states across the ranks
     cpu_kernels: tuple[str, ...] = ()  # mlx-lm functions dispatched to kernels/ (engine/models/kernel_dispatch.py)
     draft_models: dict[str, Any] = field(default_factory=dict)  # path -> engine.models.draft_model.DraftModel
+    curves: CurveStore = field(default_factory=CurveStore)  # cost curves measured but not (yet) on disk
     warnings: list[str] = field(default_factory=list)  # the doctor's (a drafter trained for another target)
 
     def collectives_per_round(self) -> int:

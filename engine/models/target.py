@@ -11,6 +11,7 @@ import mlx.nn as nn
 
 from engine.errors import CheckpointError
 from engine.models.drafter_config import flat_config
+from engine.json_text import is_number
 
 # What the target does to its token embeddings and logits, from the keys of its own args (those its
 # mlx-lm family declares, so a key counts only where the family's forward applies it).
@@ -130,7 +131,7 @@ def _factor(args: dict[str, Any], key: str) -> Optional[float]:
     value = args.get(key)
     if value is None or value == 0:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_FACTOR:
+    if not is_number(value) or not 0 < value <= MAX_FACTOR:
         raise CheckpointError(f"target config: '{key}' should be a positive number up to {MAX_FACTOR:g}, "
                               f"found {value!r}.")
     return float(value)
@@ -139,7 +140,7 @@ def _factor(args: dict[str, Any], key: str) -> Optional[float]:
 def embed_scale(args: dict[str, Any], model_type: str, owner: Optional[nn.Module]) -> float:
     """What the target multiplies its token embeddings by before its first layer."""
     held = getattr(owner, "embed_scale", None)  # the model keeps the figure itself
-    if isinstance(held, (int, float)) and not isinstance(held, bool):
+    if is_number(held):
         return float(held)
     if model_type in SQRT_HIDDEN_TYPES or any(args.get(key) is True for key in SQRT_HIDDEN_KEYS):
         return math.sqrt(int(args.get("hidden_size", 0)))

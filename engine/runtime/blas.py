@@ -25,9 +25,10 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from engine.safe_write import atomic_path
 
 DISABLE_ENV = "DFLASH_NO_OPENBLAS"
 GFORTRAN_SONAME = b"libgfortran.so.5"
@@ -85,15 +86,9 @@ def _write_whole(path: Path, data: bytes) -> None:
     one shared temporary name, one rank's rename took the file the other was writing or renaming,
     and a rank could load a library the other was still writing.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
         os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _load_gfortran() -> str:

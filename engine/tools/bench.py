@@ -14,7 +14,7 @@ from engine.decode.depth_stats import DepthStats, step_times
 from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 from engine.decode.stats import RoundStats
 from engine.decode.cancel import CancelToken
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.prefill import check_prompt
 from engine.decode.prompts import message_problem
 from engine.decode.settings import GenerationSettings, SamplingSettings

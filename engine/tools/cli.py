@@ -17,73 +17,33 @@ from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.events import ENDED_AT_ONCE, NOT_TIMED
-from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
+from engine.decode.prefill import check_prompt
 from engine.errors import DFlashError
-from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
 from engine.tools.curve_progress import measure_cost_curves
 from engine.tools.run_summary import summary_line
+from engine.tools.run_flags import RunFlags
 from engine.tools.unused_flags import check_bench_kind, say_unused
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
-
-SAMPLING = DEFAULTS.sampling
 
 
 def _pair_args(args) -> tuple[str, Optional[str]]:
     from engine.models.demo import demo_pair
 
-    target, drafter = args.target, getattr(args, "drafter", None)
+    target, drafter, takes_drafter = args.target, RunFlags.of(args).drafter, "drafter" in vars(args)
     if target is None:
         demo = demo_pair()
         if demo is None:
             raise DFlashError("no --target given and the demo pair is not installed; give --target and --drafter.")
         target = str(demo[0])
-        if drafter is None and hasattr(args, "drafter"):
+        if drafter is None and takes_drafter:
             drafter = str(demo[1])
     return target, drafter
 
 
-def _sampling(args):
-    from engine.decode.settings import SamplingSettings
-
-    return SamplingSettings(
-        temperature=args.temperature,
-        top_p=getattr(args, "top_p", SAMPLING.top_p),
-        top_k=getattr(args, "top_k", SAMPLING.top_k),
-        min_p=getattr(args, "min_p", SAMPLING.min_p),
-        seed=args.seed,
-    )
-
-
 def _settings(args, mode: str):
-    from engine.decode.settings import GenerationSettings
-
-    sampling = _sampling(args)
-    return GenerationSettings(
-        mode=mode,
-        max_tokens=args.max_tokens,
-        block_size=None if args.block_size == "auto" else args.block_size,
-        auto=args.block_size == "auto",
-        sampling=sampling,
-        stop_strings=tuple(getattr(args, "stop", ())),
-        diagnostics=bool(getattr(args, "trace", None)),  # the per-round tables: only a trace reads them here
-        rollback=getattr(args, "rollback", DEFAULTS.rollback),
-        draft_window=getattr(args, "draft_window", DEFAULTS.draft_window),
-        draft_sink=draft_sink(args),
-        lookup=LOOKUP_BY_DEFAULT if getattr(args, "lookup", None) is None else args.lookup,
-        draft_model=getattr(args, "draft_model", None),
-        num_draft=DEFAULTS.num_draft if getattr(args, "num_draft", None) is None else args.num_draft,
-    )
-
-
-def draft_sink(args) -> int:
-    """The sink the user gave, else the default one with a window and none without (a sink beside the
-    whole context means nothing, so `--draft-window 0` alone must not trip over the default sink)."""
-    given = getattr(args, "draft_sink", None)
-    if given is not None:
-        return given
-    return DEFAULTS.draft_sink if getattr(args, "draft_window", DEFAULTS.draft_window) else 0
+    return RunFlags.of(args).settings(mode)
 
 
 def _chat_flag(args) -> Optional[bool]:
@@ -111,7 +71,7 @@ def _load(args, with_drafter: bool = True):
     from engine.models.pair import load_pair
 
     target, drafter = _pair_args(args)
-    pair = load_pair(target, drafter if with_drafter else None, ranks=getattr(args, "ranks", distributed.SINGLE))
+    pair = load_pair(target, drafter if with_drafter else None, ranks=args.ranks)
     for warning in pair.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return pair
@@ -123,7 +83,7 @@ def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterat
     block ends normally; when it does not, what was written so far is kept and named on stderr."""
     from engine.tools.trace import TraceWriter
 
-    root = getattr(args, "ranks", distributed.SINGLE).root
+    root = args.ranks.root
     writer = TraceWriter(args.trace, prompt, inputs=(args.prompt_file,), parity=parity) if args.trace and root else None
     complete = False
     try:
@@ -136,7 +96,7 @@ def _trace_writer(args, prompt: dict, what: str, parity: bool = False) -> Iterat
 
 
 def cmd_generate(args) -> int:
-    from engine.decode.decoder import generate
+    from engine.decode.generate import generate
     from engine.decode.events import SummaryEvent, TextEvent
     from engine.decode.prompts import format_name
     from engine.safe_write import check_output
@@ -148,6 +108,7 @@ def cmd_generate(args) -> int:
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
+    check_prompt(pair, ids, settings.max_tokens)  # nor a prompt past the context (nor is a cost curve measured)
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
     with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
@@ -203,6 +164,7 @@ def cmd_parity(args) -> int:
     pair, text = _load(args), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
+    check_prompt(pair, ids, settings.max_tokens)  # and a prompt past the context, before a cost curve is measured
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
         measure_cost_curves(pair, [settings])
@@ -214,7 +176,7 @@ def cmd_parity(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.tools.bench import load_prompts, run_bench
+    from engine.tools.bench import check_prompts, load_prompts, run_bench
     from engine.decode.prompts import encode_prompt
 
     check_bench_kind(args)
@@ -231,6 +193,7 @@ def cmd_bench(args) -> int:
         sizes = parse_sizes(args.block_sizes)  # before loading: a typo costs nothing
     pair = _load(args)
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
+    check_prompts(pair, prompts, args.max_tokens)  # before any cost curve is measured: a bad line costs nothing
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if sizes:
         return _bench_sizes(args, pair, prompts, sizes, progress)
@@ -308,14 +271,15 @@ def cmd_calibrate(args) -> int:
         args.block_size = None
     # the checks a run makes (a window and sink in range, a block the drafter can draft; without a
     # drafter, the curve's own 1..64): a curve measured for a setting no run accepts is cached for nothing
-    sampling = _sampling(args)
-    GenerationSettings(mode="ar", draft_window=args.draft_window, draft_sink=draft_sink(args),
+    flags = RunFlags.of(args)
+    sampling = flags.sampling()
+    GenerationSettings(mode="ar", draft_window=args.draft_window, draft_sink=flags.sink(),
                        sampling=sampling).resolved(pair)
     if pair.drafter is not None:
         GenerationSettings(block_size=args.block_size).resolved(pair)
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     curve, cached = cost_curve(pair, block=args.block_size, repeats=args.repeats, fresh=args.fresh,
-                               window=args.draft_window, sink=draft_sink(args), progress=progress,
+                               window=args.draft_window, sink=flags.sink(), progress=progress,
                                sampling=sampling)
     if args.json:
         points = [curve.at(p.depth) for p in curve.points()]

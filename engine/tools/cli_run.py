@@ -68,7 +68,7 @@ def _say(line: Optional[str]) -> None:
 
 def _error_line(args: argparse.Namespace, exc: BaseException) -> Optional[str]:
     """The one line this rank prints for `exc`, or None where rank 0 speaks for the job."""
-    ranks = getattr(args, "ranks", distributed.SINGLE)
+    ranks = args.ranks
     text = " ".join(str(exc).split())
     if not ranks.sharded:
         return f"error: {text}"
@@ -89,6 +89,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace,
     sigterm = signal.getsignal(signal.SIGTERM)  # _join replaces it under mlx.launch
     _SPOKE = False  # one error line per command (tests and embedders run many in one process)
     succeeded = False
+    vars(args).setdefault("ranks", distributed.SINGLE)  # _join() sets the ranks of an mlx.launch job
     try:
         if handler is None:
             parser.print_help()
@@ -130,7 +131,7 @@ def _let_root_report(args: argparse.Namespace, exc: BaseException) -> None:
 
     Every rank meets the same refusal, but the first to exit makes mlx.launch stop the rest: had
     rank 1 exited first, rank 0 would be stopped before printing the reason."""
-    ranks = getattr(args, "ranks", distributed.SINGLE)
+    ranks = args.ranks
     if ranks.sharded and not ranks.root and not distributed.peer_lost(exc):
         time.sleep(ROOT_REPORT_GRACE_S)  # the SIGTERM handler exits at once; this only bounds the wait
 

@@ -11,7 +11,7 @@ LOG_PROGRESS_S = 5.0  # stderr not a terminal (a log file): a progress line this
 
 def measure_cost_curves(pair, settings: list) -> None:
     """A first --block-size auto run measures this machine's cost curve (cached after, per pair, block
-    and draft window; for a sharded target, per process): measured here first, with progress on stderr
+    and draft window; for a sharded target, per loaded pair): measured here first, with progress on stderr
     (rank 0's), instead of a silent wait inside the run (seconds on the demo pair, minutes for a large
     vocabulary on a CPU)."""
     from engine.decode.cost_curve import cost_curve

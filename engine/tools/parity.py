@@ -18,7 +18,7 @@ import mlx.core as mx
 
 from engine.decode.events import Event, SummaryEvent
 from engine.decode.cancel import CancelToken
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.prefill import prefill
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings

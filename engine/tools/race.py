@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterator, Optional
 
 from engine.decode.cancel import CancelToken
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import Event, RoundEvent, SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings

@@ -23,6 +23,7 @@ from engine.tools.textfiles import read_text
 from engine.decode.events import (
     EVENT_TYPES, Event, RoundEvent, StartEvent, SummaryEvent, TextEvent, from_dict, to_dict,
 )
+from engine.json_text import is_int
 
 SCHEMA = "dflash-trace/1"  # one run
 RUNS_SCHEMA = "dflash-trace/2"  # several runs, each from its own header line, and their parity record
@@ -183,7 +184,7 @@ def _check_header(path, n: int, header: dict[str, Any], schema: str) -> None:
                       ("device", str), ("target", str), ("drafter", str)):
         if header.get(key) is not None and not isinstance(header[key], kind):
             raise DFlashError(f"{path}: line {n}: the header's '{key}' is not a {kind.__name__}; the trace is damaged.")
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in header.get("prompt_ids") or []):
+    if not all(is_int(i) for i in header.get("prompt_ids") or []):
         raise DFlashError(f"{path}: line {n}: the header's 'prompt_ids' are not all token ids; the trace is damaged.")
 
 

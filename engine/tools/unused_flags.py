@@ -11,24 +11,25 @@ import sys
 
 from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError, SettingsError
+from engine.tools.run_flags import RunFlags
 
 DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup"}  # the runs (modes and race methods) a DFlash drafter drafts
 
 
 def notes(args, runs: set[str], race: bool = False) -> list[str]:
     """What of `args` none of `runs` uses; raises SettingsError where a flag contradicts them."""
-    lookup = getattr(args, "lookup", None)  # None: not given
+    flags = RunFlags.of(args)
+    lookup = flags.lookup  # None: not given
     if runs == {"lookup"} and lookup is False:
         raise SettingsError("--mode lookup drafts by lookup alone: --no-lookup contradicts it (use --mode dflash "
                             "--no-lookup for the drafter alone).")
     said = []
     if "draft-model" not in runs:
         where = ("only the draft-model method in --methods takes it." if race else
-                 "only --mode draft-model takes it." if hasattr(args, "mode") else  # generate
+                 "only --mode draft-model takes it." if flags.mode is not None else  # generate
                  "this command runs DFlash against AR; generate --mode draft-model runs a draft model, and "
                  "bench --methods ar,draft-model races it against AR.")  # parity and the plain bench: no --mode
-        for flag, given in (("--draft-model", getattr(args, "draft_model", None) is not None),
-                            ("--num-draft", getattr(args, "num_draft", None) is not None)):
+        for flag, given in (("--draft-model", flags.draft_model is not None), ("--num-draft", flags.num_draft is not None)):
             if given:
                 said.append(f"{flag} is not used: {where}")
     if lookup is not None and (race or not runs & {"dflash"}):
@@ -36,12 +37,11 @@ def notes(args, runs: set[str], race: bool = False) -> list[str]:
             "each method says whether it looks up (dflash, dflash+lookup)." if race else
             "only --mode dflash takes it (--mode lookup always looks up)."))
     if not runs & DRAFTERS:
-        if getattr(args, "drafter", None) is not None:
+        if flags.drafter is not None:
             said.append("--drafter is not used: no run here drafts with a DFlash drafter.")
-        if getattr(args, "draft_window", DEFAULTS.draft_window) != DEFAULTS.draft_window or \
-                getattr(args, "draft_sink", None) is not None:
+        if flags.draft_window != DEFAULTS.draft_window or flags.draft_sink is not None:
             said.append("--draft-window/--draft-sink is not used: only a DFlash drafter's context has a window.")
-        if getattr(args, "block_size", None) not in (None, "auto"):
+        if flags.block_size not in (None, "auto"):
             said.append("--block-size is not used: " + ("a draft model drafts --num-draft tokens a round."
                                                          if "draft-model" in runs else "no run here drafts a block."))
     return said

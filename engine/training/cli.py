@@ -12,6 +12,7 @@ from typing import Optional
 from pathlib import Path
 
 from engine.errors import DFlashError
+from engine.json_text import is_int
 
 DISTILL_FILE = "distill.npy"
 DISTILL_PROMPTS_FILE = "distill_prompts.npy"
@@ -152,7 +153,7 @@ def _target_layers(target: Optional[str]) -> Optional[int]:
         layers = flat_config(read_config_json(resolve_model_path(target, download=False))).get("num_hidden_layers")
     except (DFlashError, OSError, ValueError, TypeError):
         return None
-    return layers if isinstance(layers, int) and not isinstance(layers, bool) else None
+    return layers if is_int(layers) else None
 
 
 def ours_checkpoint(folder: Path) -> bool:

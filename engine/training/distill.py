@@ -21,7 +21,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from engine.models.checkpoint import target_fingerprint
 from engine.errors import DFlashError
 from engine.models.pair import LoadedPair
-from engine.safe_write import replace_with, temporary_name, write_atomic
+from engine.safe_write import atomic_path, write_atomic
 
 PROMPT_LENS = (8, 64)  # shortest and longest prompt cut from the data, in tokens
 DISTILL_BATCH = 128  # rows per batched decode: big enough for BLAS to pay, small enough for any target cache
@@ -168,11 +168,10 @@ class KeptRows:
     def add(self, rows: dict[int, np.ndarray]) -> None:
         self.rows.update(rows)
         indices = sorted(self.rows)
-        tmp = temporary_name(self.path, ".npz")  # np.savez adds .npz to any other name
-        np.savez(tmp, meta=np.array(self.meta), indices=np.array(indices, dtype=np.int64),
-                 lengths=np.array([len(self.rows[i]) for i in indices], dtype=np.int64),
-                 stream=np.concatenate([self.rows[i] for i in indices]).astype(np.int32))
-        replace_with(tmp, self.path)
+        with atomic_path(self.path, ".npz") as tmp:  # np.savez adds .npz to any other name
+            np.savez(tmp, meta=np.array(self.meta), indices=np.array(indices, dtype=np.int64),
+                     lengths=np.array([len(self.rows[i]) for i in indices], dtype=np.int64),
+                     stream=np.concatenate([self.rows[i] for i in indices]).astype(np.int32))
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -192,9 +191,8 @@ def _cached(cache_file: Path, meta: dict, make: Callable[..., np.ndarray]) -> np
     kept = KeptRows(cache_file, meta)
     stream = make(kept.rows, kept.add)
     meta_file.unlink(missing_ok=True)  # a crash before the new description leaves no description: regenerated
-    tmp = temporary_name(cache_file, ".npy")  # np.save adds .npy to any other name
-    np.save(tmp, stream)
-    replace_with(tmp, cache_file)  # the stream whole before its description says it is there
+    with atomic_path(cache_file, ".npy") as tmp:  # np.save adds .npy to any other name
+        np.save(tmp, stream)  # the stream whole before its description says it is there
     write_atomic(meta_file, json.dumps(meta), "the training text's description")
     kept.remove()
     return stream

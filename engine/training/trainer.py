@@ -43,7 +43,7 @@ from engine.training.starting_point import (
     TrainSettings, drafter_config_for, find_mask_token, initial_drafter,
 )
 from engine.models.taps import install_taps
-from engine.safe_write import replace_with, temporary_name, write_atomic
+from engine.safe_write import atomic_path, write_atomic
 from kernels.verify_attention import whole_sequences
 
 def _sync(folder: Path) -> None:
@@ -249,9 +249,8 @@ class DrafterTrainer:
         """config.json and model.safetensors, each written beside itself and renamed into place."""
         folder.mkdir(parents=True, exist_ok=True)
         weights = {published_name(k): v for k, v in tree_flatten(self.drafter.parameters())}
-        tmp = temporary_name(folder / "model.safetensors", ".safetensors")  # mlx wants the suffix
-        mx.save_safetensors(str(tmp), weights)
-        replace_with(tmp, folder / "model.safetensors")
+        with atomic_path(folder / "model.safetensors", ".safetensors") as tmp:  # mlx wants the suffix
+            mx.save_safetensors(str(tmp), weights)
         write_atomic(folder / "config.json", json.dumps(self.raw_config, indent=2), "the drafter config")
         if folder == self.out:
             # a model --force replaced may have been sharded: its shards and index would be read beside ours

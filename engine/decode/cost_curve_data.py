@@ -109,3 +109,17 @@ def non_decreasing(values: list[float]) -> list[float]:
             (m1, n1), (m2, n2) = blocks[-2], blocks.pop()
             blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
     return [round(m, 4) for m, n in blocks for _ in range(int(n))]
+
+
+@dataclass
+class CurveStore:
+    """Curves measured in this process, beside the on-disk cache (engine/decode/cost_curve.py). A
+    loaded pair holds one (LoadedPair.curves): its runs find here what they cannot find on disk."""
+    # by cache file: the cache folder could not take them (an unwritable cache costs one measurement
+    # per pair loaded, not one per run)
+    unwritten: dict[str, CostCurve] = field(default_factory=dict)
+    stopped: dict[str, list[DepthPoint]] = field(default_factory=dict)  # by cache key: a stopped measurement's depths
+    # by cache key: a sharded run's curves (rank 0's timings, agreed), measured once, not at every run's
+    # start (a `bench` of 10 prompts measured it 20 times). Every rank runs the same commands in the same
+    # order, so every rank finds a curve here, or measures it, at the same point.
+    sharded: dict[str, CostCurve] = field(default_factory=dict)
