@@ -1,0 +1,126 @@
+"""`dflash-playground serve`: load the pair once, then answer OpenAI and Anthropic clients over HTTP.
+
+Headless. The port is bound before the models load (a port in use costs nothing), on 127.0.0.1
+unless --host says otherwise (then a warning: other machines can reach it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from dataclasses import replace
+from typing import Optional
+
+from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT, GenerationSettings
+from engine.errors import DFlashError
+from engine.serve.defaults import DEFAULT_HOST, DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_QUEUE, PREFIX_CAPACITY
+
+SERVE_MODES = ("dflash", "ar", "lookup")
+KEY_ENV = "DFLASH_API_KEY"
+
+
+def add_parser(sub) -> None:
+    from engine.tools.cli_parser import _add_model_args, _block_size
+
+    s = sub.add_parser("serve", help="serve the pair to OpenAI- and Anthropic-compatible clients over HTTP")
+    _add_model_args(s)
+    s.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this "
+                                                        "machine only; another host is reachable by others)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    s.add_argument("--api-key", help=f"require this key ('Authorization: Bearer KEY' or 'x-api-key: KEY'); "
+                                     f"also read from ${KEY_ENV}")
+    s.add_argument("--mode", choices=SERVE_MODES, default="dflash", help="dflash (default), ar (plain AR, to "
+                   "compare), or lookup (copies from the context, no drafter)")
+    s.add_argument("--block-size", type=_block_size, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
+                   help="as generate's (default auto: each round verifies as many drafts as pay off)")
+    s.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=LOOKUP_BY_DEFAULT,
+                   help="DFlash rounds verify a copied span of the context where the text repeats (default on)")
+    s.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help=f"tokens a request that sets none may generate (default {DEFAULT_MAX_TOKENS}, within the context)")
+    s.add_argument("--max-queue", type=int, default=DEFAULT_QUEUE,
+                   help=f"requests that may wait for the engine; more get 429 (default {DEFAULT_QUEUE})")
+    s.add_argument("--prefix-cache", type=int, default=PREFIX_CAPACITY, metavar="N",
+                   help=f"recent prompts whose caches are kept for a conversation's next turn (default {PREFIX_CAPACITY})")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (connections wait in its backlog until the server accepts them)."""
+    if not 0 <= port <= 65535:
+        raise DFlashError(f"port {port} is outside 0..65535.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise DFlashError(f"host '{host}' is not an address this machine can listen on ({exc.strerror}).") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise DFlashError(f"cannot listen on {host}:{port} ({exc.strerror}); another server may hold the port: "
+                          "give another --port.") from None
+    sock.listen(128)
+    return sock
+
+
+def is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def base_settings(args, pair) -> GenerationSettings:
+    """Every request's settings before its own fields: the command's mode, block size and lookup."""
+    auto = args.block_size == "auto"
+    base = GenerationSettings(mode=args.mode, block_size=None if auto else args.block_size, auto=auto,
+                              lookup=args.lookup, diagnostics=False)
+    base.resolved(pair)  # refused at the start, not at the first request
+    return base
+
+
+def build_server(args, pair, api_key: Optional[str]):
+    from engine.serve.app import Server
+    from engine.serve.engine_queue import EngineQueue
+    from engine.serve.prompting import ServeConfig
+
+    for name, low in (("--max-tokens", 1), ("--max-queue", 0), ("--prefix-cache", 1)):
+        value = getattr(args, name[2:].replace("-", "_"))
+        if value < low:
+            raise DFlashError(f"{name} {value} is below {low}.")
+    config = ServeConfig(base_settings(args, pair), model_id=pair.target_path.name, default_max_tokens=args.max_tokens)
+    return Server(pair, config, EngineQueue(pair, args.max_queue, args.prefix_cache), api_key)
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from engine.serve.app import create_app
+    from engine.tools.cli import _load
+    from engine.tools.curve_progress import measure_cost_curves
+
+    api_key = args.api_key or os.environ.get(KEY_ENV) or None
+    sock = bind(args.host, args.port)
+    if not is_local(args.host):
+        print(f"warning: listening on {args.host}: other machines on the network can reach this server"
+              + ("" if api_key else ", and no --api-key is set") + ".", file=sys.stderr)
+    pair = _load(args, with_drafter=args.mode == "dflash")
+    server = build_server(args, pair, api_key)
+    base = server.config.base
+    measure_cost_curves(pair, [base, replace(base, sampling=replace(base.sampling, temperature=1.0))])
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    print(f"serving {server.config.model_id} ({args.mode}) at {url}/v1 (OpenAI) and {url} (Anthropic); "
+          "Ctrl-C stops.", file=sys.stderr, flush=True)
+    try:
+        uvicorn.Server(uvicorn.Config(create_app(server), log_level="warning")).run(sockets=[sock])
+    finally:
+        server.engine.close()
+        sock.close()
+    return 0

@@ -1,0 +1,53 @@
+"""One run's events on the server's event loop, from the decode thread; its client leaving cancels it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+from engine.decode.cancel import CancelToken
+from engine.decode.events import Event
+from engine.serve.engine_queue import END, EngineQueue, Job
+from engine.serve.metrics import Metrics
+from engine.serve.prompting import Prepared
+
+
+class Run:
+    """A run queued on the decode thread (QueueFull at once when the queue is full)."""
+
+    def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics):
+        loop = asyncio.get_running_loop()
+        self.cancel = CancelToken()
+        self.metrics = metrics
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        engine.submit(Job(prepared.prompt_ids, prepared.settings,
+                          lambda item: loop.call_soon_threadsafe(self._inbox.put_nowait, item), self.cancel))
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The run's events as they come. Left before its end (the client went, and the response's
+        task was cancelled or its stream closed), the run is cancelled: it stops at its round's end."""
+        finished = False
+        try:
+            while True:
+                item = await self._inbox.get()
+                if item is END:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                self.metrics.observe(item)
+                yield item
+        finally:
+            if not finished:
+                self.cancel.cancel()
+
+
+async def cancel_on_disconnect(receive, cancel: CancelToken) -> None:
+    """Wait for the client to leave (its request's body already read), then cancel its run. For
+    answers sent whole at the end; a stream notices when a write to it fails."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            cancel.cancel()
+            return
