@@ -98,28 +98,43 @@ def build_server(args, pair, api_key: Optional[str]):
     return Server(pair, config, EngineQueue(pair, args.max_queue, args.prefix_cache), api_key)
 
 
-def cmd_serve(args) -> int:
-    import uvicorn
-
+def open_server(args):
+    """Everything before serving: (the listening socket, the Server, the ASGI app). The port is bound
+    first; then the pair loads and the cost curve auto runs need is measured (or read from the cache)."""
     from engine.serve.app import create_app
     from engine.tools.cli import _load
     from engine.tools.curve_progress import measure_cost_curves
 
     api_key = args.api_key or os.environ.get(KEY_ENV) or None
     sock = bind(args.host, args.port)
-    if not is_local(args.host):
-        print(f"warning: listening on {args.host}: other machines on the network can reach this server"
-              + ("" if api_key else ", and no --api-key is set") + ".", file=sys.stderr)
-    pair = _load(args, with_drafter=args.mode == "dflash")
-    server = build_server(args, pair, api_key)
-    base = server.config.base
-    measure_cost_curves(pair, [base, replace(base, sampling=replace(base.sampling, temperature=1.0))])
+    try:
+        if not is_local(args.host):
+            print(f"warning: listening on {args.host}: other machines on the network can reach this server"
+                  + ("" if api_key else ", and no --api-key is set") + ".", file=sys.stderr)
+        pair = _load(args, with_drafter=args.mode == "dflash")
+        server = build_server(args, pair, api_key)
+        base = server.config.base
+        measure_cost_curves(pair, [base, replace(base, sampling=replace(base.sampling, temperature=1.0))])
+    except BaseException:
+        sock.close()
+        raise
+    return sock, server, create_app(server)
+
+
+def base_url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    sock, server, app = open_server(args)
+    url = base_url(sock)
     print(f"serving {server.config.model_id} ({args.mode}) at {url}/v1 (OpenAI) and {url} (Anthropic); "
           "Ctrl-C stops.", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn.Config(create_app(server), log_level="warning")).run(sockets=[sock])
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
         server.engine.close()
         sock.close()

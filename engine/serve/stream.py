@@ -18,10 +18,13 @@ class Run:
     def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics):
         loop = asyncio.get_running_loop()
         self.cancel = CancelToken()
-        self.metrics = metrics
         self._inbox: asyncio.Queue = asyncio.Queue()
-        engine.submit(Job(prepared.prompt_ids, prepared.settings,
-                          lambda item: loop.call_soon_threadsafe(self._inbox.put_nowait, item), self.cancel))
+
+        def deliver(item) -> None:  # on the decode thread: counted there, so a run whose client left counts too
+            metrics.observe(item)
+            loop.call_soon_threadsafe(self._inbox.put_nowait, item)
+
+        engine.submit(Job(prepared.prompt_ids, prepared.settings, deliver, self.cancel))
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events as they come. Left before its end (the client went, and the response's
@@ -36,7 +39,6 @@ class Run:
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                self.metrics.observe(item)
                 yield item
         finally:
             if not finished:
