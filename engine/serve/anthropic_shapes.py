@@ -22,10 +22,10 @@ class Message:
         return {"input_tokens": self.prompt_tokens - cached, "cache_read_input_tokens": cached,
                 "cache_creation_input_tokens": 0, "output_tokens": summary.num_generated if summary else 0}
 
-    def whole(self, summary: SummaryEvent, stop: Optional[str]) -> dict[str, Any]:
+    def whole(self, summary: SummaryEvent, stop: Optional[str], spec: dict[str, Any]) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
                 "content": [{"type": "text", "text": summary.text}], "stop_reason": STOP[summary.stop_reason],
-                "stop_sequence": stop, "usage": self._usage(summary), figures.FIELD: figures.speculative(summary)}
+                "stop_sequence": stop, "usage": self._usage(summary), figures.FIELD: spec}
 
     def start_events(self) -> str:
         message = {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
@@ -39,8 +39,8 @@ class Message:
         return figures.sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
                            "content_block_delta")
 
-    def end_events(self, summary: SummaryEvent, stop: Optional[str]) -> str:
+    def end_events(self, summary: SummaryEvent, stop: Optional[str], spec: dict[str, Any]) -> str:
         delta = {"type": "message_delta", "delta": {"stop_reason": STOP[summary.stop_reason], "stop_sequence": stop},
-                 "usage": self._usage(summary), figures.FIELD: figures.speculative(summary)}
+                 "usage": self._usage(summary), figures.FIELD: spec}
         return (figures.sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
                 + figures.sse(delta, "message_delta") + figures.sse({"type": "message_stop"}, "message_stop"))

@@ -139,7 +139,8 @@ def create_app(server: Server) -> Any:
     async def _openai(request: Request, prepared: Prepared, body, chat: bool):
         reply, run = Reply(prepared.model, chat), Run(engine, prepared, metrics)
         if not body.stream:
-            return reply.whole(await _whole(request, run))
+            summary = await _whole(request, run)
+            return reply.whole(summary, figures.speculative(summary, run.timing()))
         usage = body.include_usage
 
         async def chunks() -> AsyncIterator[str]:
@@ -152,7 +153,7 @@ def create_app(server: Server) -> Any:
             except Exception as exc:  # noqa: BLE001 - mid-stream: the error goes down the stream
                 yield _error_chunk(exc, anthropic=False)
                 return
-            yield figures.sse(reply.last_chunk(box[-1], usage))
+            yield figures.sse(reply.last_chunk(box[-1], usage, figures.speculative(box[-1], run.timing())))
             if usage:
                 yield figures.sse(reply.usage_chunk(box[-1]))
             yield figures.sse("[DONE]")
@@ -177,7 +178,7 @@ def create_app(server: Server) -> Any:
         stop_of = lambda s: figures.matched_stop(s, pair.tokenizer, body.stop)  # noqa: E731
         if not body.stream:
             summary = await _whole(request, run)
-            return message.whole(summary, stop_of(summary))
+            return message.whole(summary, stop_of(summary), figures.speculative(summary, run.timing()))
 
         async def events() -> AsyncIterator[str]:
             box: list = []
@@ -188,7 +189,7 @@ def create_app(server: Server) -> Any:
             except Exception as exc:  # noqa: BLE001 - mid-stream: the error goes down the stream
                 yield _error_chunk(exc, anthropic=True)
                 return
-            yield message.end_events(box[-1], stop_of(box[-1]))
+            yield message.end_events(box[-1], stop_of(box[-1]), figures.speculative(box[-1], run.timing()))
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 

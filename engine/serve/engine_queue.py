@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from engine.decode.cancel import CancelToken
 from engine.decode.decoder import generate
+from engine.decode.events import SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings
 from engine.errors import DFlashError
@@ -43,6 +44,9 @@ class Job:
     settings: GenerationSettings
     deliver: Callable[[Any], None]  # called on the decode thread: each event, then END or an exception
     cancel: CancelToken = field(default_factory=CancelToken)
+    submitted: float = field(default_factory=time.perf_counter)
+    queue_s: float = 0.0  # waiting for the decode thread
+    engine_s: float = 0.0  # in generate(), from its call to its summary
 
 
 class EngineQueue:
@@ -107,8 +111,11 @@ class EngineQueue:
 
     def _run(self, job: Job) -> None:
         start = time.perf_counter()
+        job.queue_s = start - job.submitted
         try:
             for event in generate(self.pair, job.prompt_ids, job.settings, job.cancel, prefix=self.prefix):
+                if isinstance(event, SummaryEvent):
+                    job.engine_s = time.perf_counter() - start
                 _tell(job, event)
         except Exception as exc:  # noqa: BLE001 - a failed run is its client's error, never a dead thread
             _tell(job, exc)

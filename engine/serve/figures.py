@@ -10,9 +10,10 @@ from engine.decode.events import SummaryEvent
 FIELD = "dflash"  # the extra field every response (and a stream's last chunk) carries
 
 
-def speculative(summary: SummaryEvent) -> dict[str, Any]:
+def speculative(summary: SummaryEvent, timing: Optional[dict[str, float]] = None) -> dict[str, Any]:
     """Rounds, tau (tokens a round committed), tok/s, and target forwards saved against AR (AR
-    writes a token a forward after the prefill's; a round or auto's plain step is one forward)."""
+    writes a token a forward after the prefill's; a round or auto's plain step is one forward);
+    with `timing`, the run's wait in the queue and its time in the engine."""
     forwards = summary.num_rounds + summary.num_plain_steps if summary.mode != "ar" else summary.num_generated - 1
     return {
         "mode": summary.mode,
@@ -25,6 +26,7 @@ def speculative(summary: SummaryEvent) -> dict[str, Any]:
         "decode_s": summary.decode_s,
         "cached_tokens": summary.reused_tokens,
         "stop_reason": summary.stop_reason,
+        **(timing or {}),
     }
 
 

@@ -34,18 +34,19 @@ class Reply:
         return {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                 "logprobs": None, "finish_reason": finish}
 
-    def whole(self, summary: SummaryEvent) -> dict[str, Any]:
+    def whole(self, summary: SummaryEvent, spec: dict[str, Any]) -> dict[str, Any]:
+        """`spec`: the speculative figures (figures.speculative), in their extra field."""
         return {**self._head(False), "choices": [self._choice(summary.text, FINISH[summary.stop_reason], False)],
-                "usage": usage(summary), figures.FIELD: figures.speculative(summary)}
+                "usage": usage(summary), figures.FIELD: spec}
 
     def chunk(self, text: str, include_usage: bool, first: bool = False) -> dict[str, Any]:
         out = {**self._head(True), "choices": [self._choice(text, None, True, first)]}
         return {**out, "usage": None} if include_usage else out
 
-    def last_chunk(self, summary: SummaryEvent, include_usage: bool) -> dict[str, Any]:
+    def last_chunk(self, summary: SummaryEvent, include_usage: bool, spec: dict[str, Any]) -> dict[str, Any]:
         """The chunk with finish_reason (and the speculative figures)."""
         out = {**self._head(True), "choices": [self._choice("", FINISH[summary.stop_reason], True)],
-               figures.FIELD: figures.speculative(summary)}
+               figures.FIELD: spec}
         return {**out, "usage": None} if include_usage else out
 
     def usage_chunk(self, summary: SummaryEvent) -> dict[str, Any]:

@@ -24,7 +24,12 @@ class Run:
             metrics.observe(item)
             loop.call_soon_threadsafe(self._inbox.put_nowait, item)
 
-        engine.submit(Job(prepared.prompt_ids, prepared.settings, deliver, self.cancel))
+        self.job = Job(prepared.prompt_ids, prepared.settings, deliver, self.cancel)
+        engine.submit(self.job)
+
+    def timing(self) -> dict[str, float]:
+        """Where the run's time went on the server (after its summary): queued, and in the engine."""
+        return {"queue_s": round(self.job.queue_s, 6), "engine_s": round(self.job.engine_s, 6)}
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events as they come. Left before its end (the client went, and the response's
