@@ -30,6 +30,20 @@ def _text(value: str) -> str:
 Text = Annotated[str, AfterValidator(_text)]
 
 
+def _some(messages: list) -> list:
+    if not messages:
+        raise ValueError("the conversation is empty: give at least one message")
+    return messages
+
+
+def _stops(stops: list[str], what: str) -> list[str]:
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"at most {MAX_STOPS} {what}s")
+    if any(not s for s in stops):
+        raise ValueError(f"an empty {what} matches nothing; give the text to stop at")
+    return stops
+
+
 def _unsupported(name: str, what: str) -> str:
     return f"'{name}' is not supported by this server ({what}); leave it out."
 
@@ -66,13 +80,8 @@ class _OpenAI(Sampling):
 
     @field_validator("stop")
     @classmethod
-    def _stops(cls, v):
-        stops = [v] if isinstance(v, str) else (v or [])
-        if len(stops) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop strings")
-        if any(not s for s in stops):
-            raise ValueError("an empty stop string matches nothing; give the text to stop at")
-        return stops
+    def _stop_list(cls, v):
+        return _stops([v] if isinstance(v, str) else (v or []), "stop string")
 
     @model_validator(mode="after")
     def _refused(self):
@@ -113,7 +122,7 @@ class ChatMessage(_Body):
 
 class ChatRequest(_OpenAI):
     """POST /v1/chat/completions."""
-    messages: list[ChatMessage]
+    messages: Annotated[list[ChatMessage], AfterValidator(_some)]
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
     tools: Optional[list[Any]] = None
     tool_choice: Any = None
@@ -121,13 +130,6 @@ class ChatRequest(_OpenAI):
     function_call: Any = None
     parallel_tool_calls: Optional[bool] = None
     response_format: Optional[dict[str, Any]] = None
-
-    @field_validator("messages")
-    @classmethod
-    def _some(cls, v):
-        if not v:
-            raise ValueError("the conversation is empty: give at least one message")
-        return v
 
     @model_validator(mode="after")
     def _no_tools(self):
@@ -201,28 +203,17 @@ class AnthropicMessage(_Body):
 class MessagesRequest(Sampling):
     """POST /v1/messages (Anthropic Messages)."""
     max_tokens: int = Field(..., ge=1, le=MAX_TOKENS_LIMIT)
-    messages: list[AnthropicMessage]
+    messages: Annotated[list[AnthropicMessage], AfterValidator(_some)]
     system: Union[Text, list[AnthropicText], None] = None
     stop_sequences: Optional[list[Text]] = None
     tools: Optional[list[Any]] = None
     tool_choice: Any = None
     thinking: Optional[dict[str, Any]] = None
 
-    @field_validator("messages")
-    @classmethod
-    def _some(cls, v):
-        if not v:
-            raise ValueError("the conversation is empty: give at least one message")
-        return v
-
     @field_validator("stop_sequences")
     @classmethod
-    def _stops(cls, v):
-        if v and len(v) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop sequences")
-        if v and any(not s for s in v):
-            raise ValueError("an empty stop sequence matches nothing; give the text to stop at")
-        return v or []
+    def _stop_list(cls, v):
+        return _stops(v or [], "stop sequence")
 
     @model_validator(mode="after")
     def _no_tools(self):
