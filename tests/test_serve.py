@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 
 import httpx
@@ -174,6 +175,19 @@ def test_a_client_that_leaves_mid_stream_stops_its_run_and_the_next_is_served(se
     # the next request queues behind the left one: by its answer, that run has ended, cancelled
     whole = oai.completions.create(model="m", prompt=CODE, max_tokens=16)
     assert whole.choices[0].text == expected(pair, encode_prompt(pair.tokenizer, CODE, chat=False), 16)
+    assert _cancelled(url) == before + 1
+
+
+def test_a_client_that_leaves_before_a_whole_answer_stops_its_run(serve, oai):
+    """Not streamed: the client sends its request and hangs up at once; its run is cancelled too."""
+    url = serve[0]
+    before = _cancelled(url)
+    body = json.dumps({"messages": CHAT, "max_tokens": 2000}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"x-api-key: {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert oai.completions.create(model="m", prompt=CODE, max_tokens=4).usage.completion_tokens >= 1
     assert _cancelled(url) == before + 1
 
 

@@ -21,7 +21,8 @@ from engine.decode.settings import GenerationSettings  # noqa: E402
 from engine.models.demo import demo_pair  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
 from engine.serve.app import Server, create_app  # noqa: E402
-from engine.serve.engine_queue import EngineQueue, Job, QueueFull  # noqa: E402
+from engine.decode.events import SummaryEvent  # noqa: E402
+from engine.serve.engine_queue import END, EngineQueue, Job, QueueFull  # noqa: E402
 from engine.serve.prompting import ServeConfig  # noqa: E402
 
 from conftest import PROMPTS  # noqa: E402
@@ -55,7 +56,7 @@ def test_interleaved_conversations_each_find_their_prefix(qwen3_pair, capacity, 
 
 def test_the_queue_is_bounded_and_runs_jobs_in_order(qwen3_pair):
     engine = EngineQueue(qwen3_pair, max_waiting=1)
-    entered, release, order = threading.Event(), threading.Event(), []
+    entered, release, b_done, order = threading.Event(), threading.Event(), threading.Event(), []
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[0], chat=False)
 
     def blocking(item):
@@ -64,7 +65,9 @@ def test_the_queue_is_bounded_and_runs_jobs_in_order(qwen3_pair):
         release.wait(30)
 
     def done_b(item):
-        order.append("b")
+        order.append(item)
+        if item is END or isinstance(item, BaseException):
+            b_done.set()
 
     first = Job(ids, SETTINGS, blocking)
     engine.submit(first)
@@ -75,8 +78,10 @@ def test_the_queue_is_bounded_and_runs_jobs_in_order(qwen3_pair):
     assert full.value.retry_after_s >= 1 and "busy" in str(full.value)
     first.cancel.cancel()
     release.set()
+    assert b_done.wait(60)
     engine.close()
-    assert order[0] == "a" and order[-1] == "b" and engine.waiting == 0
+    assert order[0] == "a" and order[-1] is END and isinstance(order[-2], SummaryEvent) and engine.waiting == 0
+    assert order.index(order[-2]) > max(i for i, x in enumerate(order) if x == "a")  # the first job ran first
 
 
 def test_a_full_queue_is_429_with_retry_after(qwen3_pair):
@@ -150,3 +155,27 @@ def test_another_host_than_this_machine_is_warned_of(qwen3_tied_dirs, capsys):
     warning, error = capsys.readouterr().err.strip().splitlines()
     assert "other machines on the network can reach this server" in warning and "no --api-key" in warning
     assert error.startswith("error: block size 40")
+
+
+def test_closing_the_queue_stops_the_running_job_and_refuses_the_waiting(qwen3_pair):
+    engine = EngineQueue(qwen3_pair, max_waiting=2)
+    entered, release, got = threading.Event(), threading.Event(), {"a": [], "b": []}
+    ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[0], chat=False)
+
+    def first(item):  # held at its first event until the close has cancelled it
+        got["a"].append(item)
+        entered.set()
+        release.wait(30)
+
+    running = Job(ids, GenerationSettings(max_tokens=200), first)
+    engine.submit(running)
+    engine.submit(Job(ids, SETTINGS, got["b"].append))
+    assert entered.wait(30)  # the first job runs
+    closer = threading.Thread(target=engine.close, args=(60,))
+    closer.start()
+    assert running.cancel.wait(30)
+    release.set()
+    closer.join(60)
+    summary = next(e for e in got["a"] if isinstance(e, SummaryEvent))
+    assert summary.stop_reason == "cancelled" and summary.num_generated < 200
+    assert len(got["b"]) == 1 and "shutting down" in str(got["b"][0])

@@ -137,7 +137,7 @@ def create_app(server: Server) -> Any:
         return models_list(config.model_id, server.started)
 
     async def _openai(request: Request, prepared: Prepared, body, chat: bool):
-        reply, run = Reply(prepared.model, chat), Run(engine, prepared, metrics)
+        reply, run = Reply(prepared.model, chat), Run(engine, prepared, metrics, request.url.path)
         if not body.stream:
             summary = await _whole(request, run)
             return reply.whole(summary, figures.speculative(summary, run.timing()))
@@ -174,7 +174,7 @@ def create_app(server: Server) -> Any:
     async def messages(body: MessagesRequest, request: Request):
         ids = chat_ids(pair, body.conversation())
         prepared = prepare(pair, config, body, ids, body.stop, body.token_limit)
-        message, run = Message(prepared.model, len(ids)), Run(engine, prepared, metrics)
+        message, run = Message(prepared.model, len(ids)), Run(engine, prepared, metrics, request.url.path)
         stop_of = lambda s: figures.matched_stop(s, pair.tokenizer, body.stop)  # noqa: E731
         if not body.stream:
             summary = await _whole(request, run)

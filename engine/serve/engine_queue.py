@@ -38,6 +38,14 @@ class QueueFull(DFlashError):
         self.retry_after_s = retry_after_s
 
 
+class NotRun(DFlashError):
+    """What a job that never ran is told: its client left while it waited, or the queue closed."""
+
+    def __init__(self, cancelled: bool):
+        super().__init__("the request was cancelled before it ran." if cancelled else "the server is shutting down.")
+        self.cancelled = cancelled
+
+
 @dataclass
 class Job:
     prompt_ids: list[int]
@@ -59,7 +67,8 @@ class EngineQueue:
         self._jobs: "queue.Queue[Optional[Job]]" = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
-        self._running = False
+        self._running: Optional[Job] = None
+        self._closing = False
         self._durations: collections.deque[float] = collections.deque(maxlen=16)
         self._thread = threading.Thread(target=self._loop, name="dflash-decode", daemon=True)
         self._thread.start()
@@ -70,7 +79,7 @@ class EngineQueue:
 
     @property
     def running(self) -> int:
-        return int(self._running)
+        return int(self._running is not None)
 
     def submit(self, job: Job) -> None:
         with self._lock:
@@ -80,8 +89,12 @@ class EngineQueue:
         self._jobs.put(job)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop after the running job (waiting ones are cancelled and told so)."""
+        """Stop: the running job at the end of its round; waiting ones are told and never run."""
+        self._closing = True
         self._jobs.put(None)
+        running = self._running
+        if running is not None:
+            running.cancel.cancel()
         self._thread.join(timeout)
 
     def _retry_after(self) -> int:
@@ -92,22 +105,15 @@ class EngineQueue:
         while (job := self._jobs.get()) is not None:
             with self._lock:
                 self._waiting -= 1
-                self._running = True
+                self._running = job
             try:
-                if job.cancel.cancelled:  # its client left while it waited
-                    _tell(job, DFlashError("the request was cancelled before it ran."))
+                if self._closing or job.cancel.cancelled:  # the queue closed, or the client left while it waited
+                    _tell(job, NotRun(cancelled=not self._closing))
                 else:
                     self._run(job)
             finally:
                 with self._lock:
-                    self._running = False
-        while True:  # closing: the jobs still waiting are told
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None:
-                _tell(job, DFlashError("the server is shutting down."))
+                    self._running = None
 
     def _run(self, job: Job) -> None:
         start = time.perf_counter()

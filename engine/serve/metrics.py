@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client import disable_created_metrics
 
 from engine.decode.events import RoundEvent, SummaryEvent
+from engine.serve.engine_queue import NotRun
 
 disable_created_metrics()  # a *_created series per counter doubles the page and no dashboard reads it
 PREFIX = "dflash:"
@@ -54,6 +55,8 @@ class Metrics:
                 self.drafted_per_pos.labels(str(pos)).inc()
                 if pos < accepted:
                     self.accepted_per_pos.labels(str(pos)).inc()
+        elif isinstance(event, NotRun) and event.cancelled:  # its client left before its turn came
+            self.requests.labels("cancelled").inc()
         elif isinstance(event, SummaryEvent):
             self.requests.labels(event.stop_reason).inc()
             self.prompt_tokens.inc(event.prompt_tokens)

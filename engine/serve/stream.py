@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import AsyncIterator
 
 from engine.decode.cancel import CancelToken
-from engine.decode.events import Event
+from engine.decode.events import Event, SummaryEvent
 from engine.serve.engine_queue import END, EngineQueue, Job
 from engine.serve.metrics import Metrics
 from engine.serve.prompting import Prepared
@@ -15,13 +16,15 @@ from engine.serve.prompting import Prepared
 class Run:
     """A run queued on the decode thread (QueueFull at once when the queue is full)."""
 
-    def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics):
+    def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics, label: str = ""):
         loop = asyncio.get_running_loop()
         self.cancel = CancelToken()
         self._inbox: asyncio.Queue = asyncio.Queue()
 
         def deliver(item) -> None:  # on the decode thread: counted there, so a run whose client left counts too
             metrics.observe(item)
+            if isinstance(item, SummaryEvent):
+                print(f"{label}: {log_line(item)}", file=sys.stderr, flush=True)
             loop.call_soon_threadsafe(self._inbox.put_nowait, item)
 
         self.job = Job(prepared.prompt_ids, prepared.settings, deliver, self.cancel)
@@ -48,6 +51,14 @@ class Run:
         finally:
             if not finished:
                 self.cancel.cancel()
+
+
+def log_line(summary: SummaryEvent) -> str:
+    """The server's line for a finished run."""
+    speed = f"{summary.tok_per_s:.1f} tok/s" if summary.timed else "untimed"
+    tau = f", tau {summary.mean_acceptance_length:.2f}" if summary.mean_acceptance_length else ""
+    return (f"{summary.prompt_tokens} prompt tokens ({summary.reused_tokens} cached), {summary.num_generated} "
+            f"generated in {summary.decode_s:.2f} s ({speed}{tau}), {summary.stop_reason}")
 
 
 async def cancel_on_disconnect(receive, cancel: CancelToken) -> None:
