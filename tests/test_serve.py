@@ -20,7 +20,6 @@ import pytest
 
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
-uvicorn = pytest.importorskip("uvicorn")
 
 from app.cli import main as cli  # noqa: E402
 from engine.decode.decoder import generate  # noqa: E402
@@ -28,7 +27,7 @@ from engine.decode.prompts import encode_messages, encode_prompt  # noqa: E402
 from engine.decode.settings import GenerationSettings  # noqa: E402
 from engine.models.demo import demo_pair  # noqa: E402
 from engine.models.pair import load_pair  # noqa: E402
-from engine.serve.cli import base_url, open_server  # noqa: E402
+from engine.serve.cli import start_serving  # noqa: E402
 from engine.tools.cli_parser import build_parser  # noqa: E402
 from engine.serve.cli import add_parser  # noqa: E402
 
@@ -43,17 +42,12 @@ pytestmark = pytest.mark.skipif(demo_pair() is None, reason="the demo pair is no
 
 @pytest.fixture(scope="session")
 def serve():
-    """The server, as `dflash-playground serve --port 0 --block-size 16 --api-key KEY` starts it, in a thread."""
+    """The server, as `dflash-playground serve --port 0 --block-size 16 --api-key KEY` starts it (on a thread:
+    the command then waits on it; its socket listens before it returns, so no test waits for it to start)."""
     args = build_parser(add_parser).parse_args(["serve", "--port", "0", "--block-size", str(BLOCK), "--api-key", KEY])
-    sock, server, app = open_server(args)
-    runner = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=runner.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()  # the socket already listens: a request waits in its backlog until uvicorn accepts it
-    yield base_url(sock), server
-    runner.should_exit = True
-    thread.join(30)
-    server.engine.close()
-    sock.close()
+    serving = start_serving(args)
+    yield serving.url, serving.server
+    serving.stop()
 
 
 @pytest.fixture(scope="session")

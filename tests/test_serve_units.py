@@ -179,3 +179,21 @@ def test_closing_the_queue_stops_the_running_job_and_refuses_the_waiting(qwen3_p
     summary = next(e for e in got["a"] if isinstance(e, SummaryEvent))
     assert summary.stop_reason == "cancelled" and summary.num_generated < 200
     assert len(got["b"]) == 1 and "shutting down" in str(got["b"][0])
+
+
+def test_call_runs_other_work_on_the_decode_thread_in_turn(qwen3_pair):
+    """The window's worker, while the window serves its pair, hands its runs to the queue: they run on
+    the decode thread, their result or error comes back, and one cancelled before its turn never runs."""
+    engine = EngineQueue(qwen3_pair)
+    assert engine.call(lambda: threading.current_thread().name) == "dflash-decode"
+    with pytest.raises(ValueError, match="bad"):
+        engine.call(lambda: (_ for _ in ()).throw(ValueError("bad")))
+    from engine.decode.cancel import CancelToken
+    from engine.serve.engine_queue import NotRun
+
+    cancelled, ran = CancelToken(), []
+    cancelled.cancel()
+    with pytest.raises(NotRun):
+        engine.call(lambda: ran.append(1), cancelled)
+    engine.close()
+    assert not ran

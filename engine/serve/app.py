@@ -8,11 +8,12 @@ against the pair (prompting.py), and the key and body size before any route (gua
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Iterator, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,8 +45,10 @@ class Server:
     config: ServeConfig
     engine: EngineQueue
     api_key: Optional[str] = None
+    watch: Optional[Callable[[int, str, Any], None]] = None  # (request id, endpoint, event), on the decode thread
     started: int = field(default_factory=lambda: int(time.time()))
     metrics: Metrics = None  # type: ignore[assignment]
+    ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self):
         if self.metrics is None:
@@ -136,8 +139,11 @@ def create_app(server: Server) -> Any:
     async def models():
         return models_list(config.model_id, server.started)
 
+    def _run(request: Request, prepared: Prepared) -> Run:
+        return Run(engine, prepared, metrics, request.url.path, server.watch, next(server.ids))
+
     async def _openai(request: Request, prepared: Prepared, body, chat: bool):
-        reply, run = Reply(prepared.model, chat), Run(engine, prepared, metrics, request.url.path)
+        reply, run = Reply(prepared.model, chat), _run(request, prepared)
         if not body.stream:
             summary = await _whole(request, run)
             return reply.whole(summary, figures.speculative(summary, run.timing()))
@@ -174,7 +180,7 @@ def create_app(server: Server) -> Any:
     async def messages(body: MessagesRequest, request: Request):
         ids = chat_ids(pair, body.conversation())
         prepared = prepare(pair, config, body, ids, body.stop, body.token_limit)
-        message, run = Message(prepared.model, len(ids)), Run(engine, prepared, metrics, request.url.path)
+        message, run = Message(prepared.model, len(ids)), _run(request, prepared)
         stop_of = lambda s: figures.matched_stop(s, pair.tokenizer, body.stop)  # noqa: E731
         if not body.stream:
             summary = await _whole(request, run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import socket
+import signal
 import sys
 from dataclasses import replace
 from typing import Optional
@@ -46,27 +46,6 @@ def add_parser(sub) -> None:
                    help=f"recent prompts whose caches are kept for a conversation's next turn (default {PREFIX_CAPACITY})")
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (connections wait in its backlog until the server accepts them)."""
-    if not 0 <= port <= 65535:
-        raise DFlashError(f"port {port} is outside 0..65535.")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise DFlashError(f"host '{host}' is not an address this machine can listen on ({exc.strerror}).") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise DFlashError(f"cannot listen on {host}:{port} ({exc.strerror}); another server may hold the port: "
-                          "give another --port.") from None
-    sock.listen(128)
-    return sock
-
-
 def is_local(host: str) -> bool:
     if host == "localhost":
         return True
@@ -85,26 +64,22 @@ def base_settings(args, pair) -> GenerationSettings:
     return base
 
 
-def build_server(args, pair, api_key: Optional[str]):
-    from engine.serve.app import Server
-    from engine.serve.engine_queue import EngineQueue
-    from engine.serve.prompting import ServeConfig
-
+def check_limits(args) -> None:
     for name, low in (("--max-tokens", 1), ("--max-queue", 0), ("--prefix-cache", 1)):
         value = getattr(args, name[2:].replace("-", "_"))
         if value < low:
             raise DFlashError(f"{name} {value} is below {low}.")
-    config = ServeConfig(base_settings(args, pair), model_id=pair.target_path.name, default_max_tokens=args.max_tokens)
-    return Server(pair, config, EngineQueue(pair, args.max_queue, args.prefix_cache), api_key)
 
 
-def open_server(args):
-    """Everything before serving: (the listening socket, the Server, the ASGI app). The port is bound
-    first; then the pair loads and the cost curve auto runs need is measured (or read from the cache)."""
-    from engine.serve.app import create_app
+def start_serving(args):
+    """The server on a thread of this process (engine/serve/background.py), as the command's flags
+    say. The port is bound first; then the pair loads and the cost curve auto runs need is measured
+    (or read from the cache)."""
+    from engine.serve.background import Serving, bind
     from engine.tools.cli import _load
     from engine.tools.curve_progress import measure_cost_curves
 
+    check_limits(args)
     api_key = args.api_key or os.environ.get(KEY_ENV) or None
     sock = bind(args.host, args.port)
     try:
@@ -112,30 +87,27 @@ def open_server(args):
             print(f"warning: listening on {args.host}: other machines on the network can reach this server"
                   + ("" if api_key else ", and no --api-key is set") + ".", file=sys.stderr)
         pair = _load(args, with_drafter=args.mode == "dflash")
-        server = build_server(args, pair, api_key)
-        base = server.config.base
+        base = base_settings(args, pair)
         measure_cost_curves(pair, [base, replace(base, sampling=replace(base.sampling, temperature=1.0))])
+        return Serving(pair, sock, base, api_key=api_key, max_queue=args.max_queue, prefix_capacity=args.prefix_cache,
+                       default_max_tokens=args.max_tokens)
     except BaseException:
         sock.close()
         raise
-    return sock, server, create_app(server)
-
-
-def base_url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
+    serving = start_serving(args)
+    print(f"serving {serving.server.config.model_id} ({args.mode}) at {serving.url}/v1 (OpenAI) and {serving.url} "
+          "(Anthropic); Ctrl-C stops.", file=sys.stderr, flush=True)
+    def stop_on_term(signum, frame):
+        raise KeyboardInterrupt  # as Ctrl-C: a service manager's stop lets the running run end its round
 
-    sock, server, app = open_server(args)
-    url = base_url(sock)
-    print(f"serving {server.config.model_id} ({args.mode}) at {url}/v1 (OpenAI) and {url} (Anthropic); "
-          "Ctrl-C stops.", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, stop_on_term)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        serving.wait()
+    except KeyboardInterrupt:
+        print("stopping: the running request ends at its round's end.", file=sys.stderr, flush=True)
     finally:
-        server.engine.close()
-        sock.close()
+        serving.stop()
     return 0

@@ -2,8 +2,8 @@
 
 A run is a `Job`: prompt ids, settings, a CancelToken, and `deliver`, called on the decode thread
 with each event, then with END (or the exception that ended it). The server's handlers deliver
-into their event loop; any other client of the engine (the window's worker) can submit jobs the
-same way and wait its turn. The queue holds at most `max_waiting` jobs besides the running one:
+into their event loop. Another user of the same pair (the window's worker, while the window
+serves it) hands its own work to `call`, which runs it on the decode thread in its turn. The queue holds at most `max_waiting` jobs besides the running one:
 past that, `submit` raises QueueFull (the server's 429). A job cancelled while it waits never runs;
 one cancelled while it runs stops at the end of its round, and the engine leaves its caches whole.
 """
@@ -55,6 +55,7 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0  # waiting for the decode thread
     engine_s: float = 0.0  # in generate(), from its call to its summary
+    work: Optional[Callable[[], Any]] = None  # `call`'s: run instead of generate(), its result delivered
 
 
 class EngineQueue:
@@ -81,12 +82,27 @@ class EngineQueue:
     def running(self) -> int:
         return int(self._running is not None)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, bounded: bool = True) -> None:
         with self._lock:
-            if self._waiting >= self.max_waiting:
+            if bounded and self._waiting >= self.max_waiting:
                 raise QueueFull(self._waiting, self._retry_after())
             self._waiting += 1
         self._jobs.put(job)
+
+    def call(self, work: Callable[[], Any], cancel: Optional[CancelToken] = None) -> Any:
+        """Run `work()` on the decode thread in its turn (past the bound: one caller's one job), and
+        return what it returns or raise what it raises; NotRun when `cancel` was set before its turn."""
+        done, box = threading.Event(), []
+
+        def deliver(item) -> None:
+            box.append(item)
+            done.set()
+
+        self.submit(Job([], None, deliver, cancel or CancelToken(), work=work), bounded=False)  # type: ignore[arg-type]
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop: the running job at the end of its round; waiting ones are told and never run."""
@@ -118,6 +134,13 @@ class EngineQueue:
     def _run(self, job: Job) -> None:
         start = time.perf_counter()
         job.queue_s = start - job.submitted
+        if job.work is not None:
+            try:
+                result = job.work()
+            except Exception as exc:  # noqa: BLE001 - its caller's to handle
+                result = exc
+            _tell(job, result)
+            return
         try:
             for event in generate(self.pair, job.prompt_ids, job.settings, job.cancel, prefix=self.prefix):
                 if isinstance(event, SummaryEvent):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Callable, Optional
 
 from engine.decode.cancel import CancelToken
 from engine.decode.events import Event, SummaryEvent
@@ -16,13 +16,16 @@ from engine.serve.prompting import Prepared
 class Run:
     """A run queued on the decode thread (QueueFull at once when the queue is full)."""
 
-    def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics, label: str = ""):
+    def __init__(self, engine: EngineQueue, prepared: Prepared, metrics: Metrics, label: str = "",
+                 watch: Optional[Callable[[int, str, Any], None]] = None, request_id: int = 0):
         loop = asyncio.get_running_loop()
         self.cancel = CancelToken()
         self._inbox: asyncio.Queue = asyncio.Queue()
 
         def deliver(item) -> None:  # on the decode thread: counted there, so a run whose client left counts too
             metrics.observe(item)
+            if watch is not None:
+                watch(request_id, label, item)
             if isinstance(item, SummaryEvent):
                 print(f"{label}: {log_line(item)}", file=sys.stderr, flush=True)
             loop.call_soon_threadsafe(self._inbox.put_nowait, item)
