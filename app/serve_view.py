@@ -175,7 +175,9 @@ class ServeView(QWidget):
             from engine.tools.trace import header_record
 
             text = self.w.controller.host.worker.pair.tokenizer.decode(item.prompt_ids)
-            served.record = RunRecord(item, header_record(item, {"text": text, "format": "raw"}))
+            loaded = self.w.controller.loaded  # its token table: the rounds view shows tokens as text
+            served.record = RunRecord(item, header_record(item, {"text": text, "format": "raw"}),
+                                      loaded.token_table if loaded is not None else None)
             served.status = "running"
         elif isinstance(item, BaseException):
             served.status = "not run" if served.record is None else f"failed: {item}"
