@@ -6,7 +6,8 @@ thread with the clients' (the worker hands them to it: app/worker.py's `serving`
 another pair is refused until Stop. Each request is a row: time, endpoint, prompt tokens (cached),
 tokens generated, tok/s, tau, status. Selecting one shows its rounds, output, plots and Why in the
 window's views, as an opened trace is shown (and File > Export exports it as a trace); a running
-one is shown again as it streams. The view knows no threads: the server's watcher puts events on a
+one is shown again as it streams. Check parity runs a finished one's prompt and settings again as
+Both (AR, then DFlash), as the Parity tab shows any run. The view knows no threads: the server's watcher puts events on a
 queue, and a timer here drains it.
 """
 
@@ -73,6 +74,9 @@ class ServeView(QWidget):
         self.url.setReadOnly(True)
         self.url.setPlaceholderText("not serving")
         self.copy_button = QPushButton("Copy URL")
+        self.parity_button = QPushButton("Check parity")
+        self.parity_button.setToolTip("run the selected request's prompt and settings again here as Both: AR, then "
+                                      "DFlash, compared token for token (the Parity tab)")
         self.state = QLabel("Serve the loaded pair to OpenAI- and Anthropic-compatible clients.")
         self.state.setWordWrap(True)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -85,7 +89,7 @@ class ServeView(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         bar = QHBoxLayout()
         for widget in (QLabel("Port"), self.port, self.key, self.start_button, self.stop_button, self.url,
-                       self.copy_button):
+                       self.copy_button, self.parity_button):
             bar.addWidget(widget)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
@@ -95,6 +99,7 @@ class ServeView(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.url.text()))
         self.table.itemSelectionChanged.connect(self._selected)
+        self.parity_button.clicked.connect(self.check_parity)
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.drain)
         self._buttons()
@@ -106,6 +111,9 @@ class ServeView(QWidget):
         self.port.setEnabled(not on)
         self.key.setEnabled(not on)
         self.copy_button.setEnabled(on)
+        served = self.requests.get(self.shown) if self.shown is not None else None
+        self.parity_button.setEnabled(served is not None and served.record is not None
+                                      and served.record.summary is not None)
 
     def start(self) -> bool:
         """Serve the loaded pair; False (with the reason said) when it cannot."""
@@ -161,6 +169,7 @@ class ServeView(QWidget):
             self._show_row(rid)
         if self.shown in changed:
             self._show(self.requests[self.shown])
+            self._buttons()
 
     def _add(self, rid: int, endpoint: str) -> Served:
         served = self.requests[rid] = Served(rid, endpoint)
@@ -198,6 +207,16 @@ class ServeView(QWidget):
         rid = sorted(self.requests, reverse=True)[rows[0].row()]
         self.shown = rid
         self._show(self.requests[rid])
+        self._buttons()
+
+    def check_parity(self) -> None:
+        """The selected request's prompt and settings in the prompt panel, run as Both (AR beside DFlash)."""
+        served = self.requests.get(self.shown) if self.shown is not None else None
+        if served is None or served.record is None or self.w.busy:
+            return
+        self.w.prompt.apply_trace_header(served.record.header, served.record.table)
+        self.w.prompt.set_mode("both")
+        self.w.start_run()
 
     def _show(self, served: Served) -> None:
         if served.record is not None and not self.w.busy:

@@ -53,6 +53,10 @@ def test_the_serve_tab_serves_the_loaded_pair_and_lists_its_requests(qtbot, wind
         "length", "max_tokens")
     view.table.selectRow(0)  # its run, in the window's views
     assert w.controller.current_run.text == reply.choices[0].text
+    with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):  # AR beside it, on the server's thread in turn
+        view.parity_button.click()
+    assert w.controller.parity is not None and w.controller.parity.identical
+    assert w.controller.runs["dflash"].text == reply.choices[0].text
 
     # the window's own run queues on the server's decode thread, and gives its usual output
     w.prompt.set_prompt("def main():\n")
