@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +132,9 @@ def test_the_demo_target_writes_a_conversation_as_code_comments_and_a_plain_prom
     assert encode_messages(tokenizer, chat) == tokenizer.encode(want, add_special_tokens=False)
     assert encode_prompt(tokenizer, json.dumps(chat)) == encode_messages(tokenizer, chat)  # a conversation prompt
     assert encode_prompt(tokenizer, "def f():\n") == tokenizer.encode("def f():\n")
+    bench = [json.loads(line)["prompt"] for line in
+             (Path(__file__).resolve().parents[1] / "resources/models/recipe/bench_prompts.jsonl").read_text().splitlines() if line.strip()]
+    assert bench and all(encode_prompt(tokenizer, p) == tokenizer.encode(p) for p in bench)  # bench's ids stay raw
     go_on = encode_messages(tokenizer, chat[:3])  # ending with the assistant's message: continued from its text
     assert tokenizer.decode(go_on).endswith("def sort(xs):\n    xs.sort()\n")
 
