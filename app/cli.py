@@ -1,4 +1,4 @@
-"""The `dflash-playground` console script: the engine's subcommands, `train-drafter`, and `gui`.
+"""The `dflash-playground` console script: the engine's subcommands, `train-drafter`, `serve`, and `gui`.
 
 This is the top of the house: it wires the engine's commands (engine/tools/cli.py), the
 trainer's (engine/training/cli.py) and the window (app/main.py, imported lazily so the
@@ -15,6 +15,8 @@ from engine.decode.settings import DEFAULTS
 from engine.tools.cli import COMMANDS
 from engine.tools.cli_run import run_command
 from engine.tools.cli_parser import build_parser
+from engine.serve.cli import add_parser as add_serve_parser
+from engine.serve.cli import cmd_serve
 from engine.training.cli import add_parser as add_train_parser
 from engine.training.cli import cmd_train_drafter
 
@@ -42,6 +44,7 @@ def _add_gui_parser(sub) -> None:
 
 def _add_parsers(sub) -> None:
     add_train_parser(sub)
+    add_serve_parser(sub)
     _add_gui_parser(sub)
 
 
@@ -50,7 +53,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:  # a double-click or a bare `dflash-playground`: the window
         args.command = "gui"
-    handlers = {**COMMANDS, "train-drafter": cmd_train_drafter, "gui": cmd_gui}
+    handlers = {**COMMANDS, "train-drafter": cmd_train_drafter, "serve": cmd_serve, "gui": cmd_gui}
     return run_command(parser, args, handlers)
 
 

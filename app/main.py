@@ -85,6 +85,9 @@ def run_gui(args: argparse.Namespace) -> int:
     app.setApplicationName("DFlash Playground")
     apply_theme(app)
     window = MainWindow(persist=not screenshot)
+    from app.serve_view import add_serve_tab
+
+    add_serve_tab(window)
     if models is not None and (run_demo or getattr(args, "target", None)):
         window.models.target.set_value(models[0])
         window.models.drafter.set_value(models[1] or "")

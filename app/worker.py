@@ -72,6 +72,9 @@ class Worker(QObject):
         self.pair_key: Optional[tuple[str, Optional[str]]] = None
         self.info: Optional[PairInfo] = None  # what the window was told of the loaded pair
         self.prefix = PrefixCache()  # the last run's caches, for the next run of the same pair
+        # While the Serve tab serves this pair: the server's queue (engine/serve/engine_queue.py), on whose
+        # decode thread the window's runs then run, in turn with the clients' requests.
+        self.serving = None
 
     @Slot(object)
     def handle(self, item: tuple[int, Any]) -> None:
@@ -88,12 +91,12 @@ class Worker(QObject):
             elif isinstance(job, LoadJob):
                 ok = self._load(job)
             elif isinstance(job, AdviseJob):
-                ok = self._advise(job)
+                ok = self._on_engine(lambda: self._advise(job), job)
             elif isinstance(job, (RunJob, RaceJob)):
                 stage = "load" if job.load is not None else "run"
                 ok = job.load is None or self._load(job.load)
                 stage = "run"
-                ok = ok and (self._run(job) if isinstance(job, RunJob) else self._race(job))
+                ok = ok and self._on_engine(lambda: self._run(job) if isinstance(job, RunJob) else self._race(job), job)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a message, never a dead thread
             if isinstance(exc, DFlashError):
                 # refused (a setting, the prompt's length, a draft model): the engine says no before it
@@ -114,7 +117,14 @@ class Worker(QObject):
 
     # ---- jobs ------------------------------------------------------------------------------
 
+    def _on_engine(self, work, job) -> bool:
+        """Run here, or while the pair is served on the server's decode thread, in turn."""
+        return work() if self.serving is None else self.serving.call(work, job.cancel)
+
     def _release(self) -> None:
+        if self.serving is not None:  # closing while serving: the server's thread lets go of the pair first
+            self.serving.close()
+            self.serving = None
         self.pair = None
         self.pair_key = None
         self.info = None
@@ -127,6 +137,8 @@ class Worker(QObject):
         drafter or a cancelled download costs nothing. Then free the loaded pair and read the new
         one; if that fails, the previous pair is read back, so the user keeps a working pair."""
         put = self.outbox.put
+        if self.serving is not None:
+            raise DFlashError("the loaded pair is being served: stop serving (the Serve tab) before loading another.")
 
         def progress(stage: str, frac: float) -> None:
             put(LoadProgress(stage, frac))

@@ -5,15 +5,43 @@ one: a JSON list of {"role", "content"} messages (OpenAI's chat format), so a ch
 the model sees it in a chat (its earlier assistant turns and the template's markers between them),
 not pasted into one message. A conversation that ends with an assistant message is continued (the
 reply goes on from its text) rather than answered by a new turn.
+
+A base model has no chat template, and a plain prompt to it is raw text. Its folder may still hold
+a conversation template (CONVERSATION_TEMPLATE, as the demo target's): a layout for conversations
+only (a JSON list of messages, the server's chat endpoints, --chat), so a plain prompt stays raw.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, Optional
 
 from engine.errors import SettingsError
+
+# A base model's layout for conversations alone, a Jinja chat template in its folder (transformers
+# loads chat_template.jinja as the chat template, which would make plain prompts chat: hence the name).
+CONVERSATION_TEMPLATE = "conversation_template.jinja"
+MAX_TEMPLATE_BYTES = 64 * 1024
+
+
+class NoChatTemplate(SettingsError):
+    """A conversation for a tokenizer with neither a chat template nor a conversation template."""
+
+
+def conversation_template(tokenizer) -> Optional[str]:
+    """The conversation template in the folder the tokenizer was loaded from, or None."""
+    path = Path(str(tokenizer.name_or_path)) / CONVERSATION_TEMPLATE
+    if not path.is_file() or path.stat().st_size > MAX_TEMPLATE_BYTES:
+        return None
+    return path.read_text(encoding="utf-8")
+
+
+def has_conversation_layout(tokenizer) -> bool:
+    """Whether a conversation can be written as this model's text (a chat or conversation template)."""
+    return bool(tokenizer.has_chat_template) or conversation_template(tokenizer) is not None
+
 
 # How a prompt is encoded, by name (CLI flags, the window's Format, trace headers) -> the `chat` flag.
 PROMPT_FORMATS: dict[str, Optional[bool]] = {"auto": None, "chat": True, "raw": False}
@@ -77,24 +105,34 @@ def encode_prompt(tokenizer, text: str, chat: Optional[bool] = None, thinking: O
     check_text(text)
     use_chat = tokenizer.has_chat_template if chat is None else chat
     if chat is None and not use_chat and looks_like_conversation(text):  # raw, it would be its JSON text
-        raise SettingsError("the prompt is a conversation (a JSON list of messages) and this tokenizer has no chat "
-                            "template to write it as the model's text; encode it raw (--raw, the window's Format "
-                            "raw) to send the JSON as it is.")
+        if conversation_template(tokenizer) is None:
+            raise NoChatTemplate("the prompt is a conversation (a JSON list of messages) and this tokenizer has no "
+                                 "chat template to write it as the model's text; encode it raw (--raw, the "
+                                 "window's Format raw) to send the JSON as it is.")
+        use_chat = True
     if thinking is not None and not use_chat:  # it was silently dropped
         raise SettingsError("thinking on/off is an option of the chat template, and this prompt is encoded as "
                             + ("raw text" if chat is False else "raw text (this tokenizer has no chat template)")
                             + "; leave thinking unset.")
     if use_chat:
-        if not tokenizer.has_chat_template:
-            raise SettingsError("this tokenizer has no chat template; use raw mode (--raw).")
-        messages = conversation(text) or [{"role": "user", "content": text}]
-        kwargs: dict[str, Any] = {} if thinking is None else {"enable_thinking": thinking}
-        if messages[-1]["role"] == "assistant":  # the reply goes on from the assistant's text
-            kwargs["continue_final_message"] = True
-        else:
-            kwargs["add_generation_prompt"] = True
-        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return encode_messages(tokenizer, conversation(text) or [{"role": "user", "content": text}], thinking)
     bos = tokenizer.bos_token
     add_special = bos is None or not text.startswith(bos)
     return list(tokenizer.encode(text, add_special_tokens=add_special))
+
+
+def encode_messages(tokenizer, messages: list[dict[str, Any]], thinking: Optional[bool] = None) -> list[int]:
+    """A conversation (checked: see message_problem) through the chat template, else the folder's
+    conversation template; NoChatTemplate when there is neither."""
+    kwargs: dict[str, Any] = {} if thinking is None else {"enable_thinking": thinking}
+    if not tokenizer.has_chat_template:
+        template = conversation_template(tokenizer)
+        if template is None:
+            raise NoChatTemplate("this tokenizer has no chat template; use raw mode (--raw).")
+        kwargs["chat_template"] = template
+    if messages[-1]["role"] == "assistant":  # the reply goes on from the assistant's text
+        kwargs["continue_final_message"] = True
+    else:
+        kwargs["add_generation_prompt"] = True
+    text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    return list(tokenizer.encode(text, add_special_tokens=False))
