@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import engine  # noqa: E402,F401
-from engine.decode.decoder import generate  # noqa: E402
+from engine.decode.generate import generate  # noqa: E402
 from engine.decode.prompts import encode_messages, encode_prompt  # noqa: E402
 from engine.decode.settings import GenerationSettings  # noqa: E402
 from engine.models.demo import demo_pair  # noqa: E402

@@ -22,7 +22,7 @@ anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 from app.cli import main as cli  # noqa: E402
-from engine.decode.decoder import generate  # noqa: E402
+from engine.decode.generate import generate  # noqa: E402
 from engine.decode.prompts import encode_messages, encode_prompt  # noqa: E402
 from engine.decode.settings import GenerationSettings  # noqa: E402
 from engine.models.demo import demo_pair  # noqa: E402

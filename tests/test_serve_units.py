@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from app.cli import main as cli  # noqa: E402
-from engine.decode.decoder import generate  # noqa: E402
+from engine.decode.generate import generate  # noqa: E402
 from engine.decode.prefix_cache import PrefixCache  # noqa: E402
 from engine.decode.prompts import CONVERSATION_TEMPLATE, encode_messages, encode_prompt  # noqa: E402
 from engine.decode.settings import GenerationSettings  # noqa: E402

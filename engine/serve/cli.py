@@ -23,10 +23,10 @@ KEY_ENV = "DFLASH_API_KEY"
 
 
 def add_parser(sub) -> None:
-    from engine.tools.cli_parser import _add_model_args, _block_size
+    from engine.tools.cli_parser import add_model_args, block_size_arg
 
     s = sub.add_parser("serve", help="serve the pair to OpenAI- and Anthropic-compatible clients over HTTP")
-    _add_model_args(s)
+    add_model_args(s)
     s.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this "
                                                         "machine only; another host is reachable by others)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
                                      f"also read from ${KEY_ENV}")
     s.add_argument("--mode", choices=SERVE_MODES, default="dflash", help="dflash (default), ar (plain AR, to "
                    "compare), or lookup (copies from the context, no drafter)")
-    s.add_argument("--block-size", type=_block_size, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
+    s.add_argument("--block-size", type=block_size_arg, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
                    help="as generate's (default auto: each round verifies as many drafts as pay off)")
     s.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=LOOKUP_BY_DEFAULT,
                    help="DFlash rounds verify a copied span of the context where the text repeats (default on)")
@@ -65,8 +65,8 @@ def base_settings(args, pair) -> GenerationSettings:
 
 
 def check_limits(args) -> None:
-    for name, low in (("--max-tokens", 1), ("--max-queue", 0), ("--prefix-cache", 1)):
-        value = getattr(args, name[2:].replace("-", "_"))
+    for name, value, low in (("--max-tokens", args.max_tokens, 1), ("--max-queue", args.max_queue, 0),
+                             ("--prefix-cache", args.prefix_cache, 1)):
         if value < low:
             raise DFlashError(f"{name} {value} is below {low}.")
 
@@ -76,7 +76,7 @@ def start_serving(args):
     say. The port is bound first; then the pair loads and the cost curve auto runs need is measured
     (or read from the cache)."""
     from engine.serve.background import Serving, bind
-    from engine.tools.cli import _load
+    from engine.tools.cli import pair_from_args
     from engine.tools.curve_progress import measure_cost_curves
 
     check_limits(args)
@@ -86,7 +86,7 @@ def start_serving(args):
         if not is_local(args.host):
             print(f"warning: listening on {args.host}: other machines on the network can reach this server"
                   + ("" if api_key else ", and no --api-key is set") + ".", file=sys.stderr)
-        pair = _load(args, with_drafter=args.mode == "dflash")
+        pair = pair_from_args(args, with_drafter=args.mode == "dflash")
         base = base_settings(args, pair)
         measure_cost_curves(pair, [base, replace(base, sampling=replace(base.sampling, temperature=1.0))])
         return Serving(pair, sock, base, api_key=api_key, max_queue=args.max_queue, prefix_capacity=args.prefix_cache,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from engine.decode.cancel import CancelToken
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.events import SummaryEvent
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.settings import GenerationSettings

@@ -19,6 +19,7 @@ import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.events import ENDED_AT_ONCE, NOT_TIMED
 from engine.decode.prefill import check_prompt
 from engine.errors import DFlashError
+from engine.runtime.distributed import SINGLE, Ranks
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
 from engine.tools.curve_progress import measure_cost_curves
 from engine.tools.run_summary import summary_line
@@ -67,11 +68,13 @@ def _prompt_ids(args, tokenizer, text: str) -> list[int]:
     return encode_prompt(tokenizer, text, _chat_flag(args), thinking)
 
 
-def _load(args, with_drafter: bool = True):
+def pair_from_args(args, with_drafter: bool = True, ranks: Optional[Ranks] = None):
+    """The pair a command's --target/--drafter name, on `ranks` (a run command's, set by run_command;
+    a lone process without)."""
     from engine.models.pair import load_pair
 
     target, drafter = _pair_args(args)
-    pair = load_pair(target, drafter if with_drafter else None, ranks=args.ranks)
+    pair = load_pair(target, drafter if with_drafter else None, ranks=ranks or SINGLE)
     for warning in pair.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return pair
@@ -104,7 +107,7 @@ def cmd_generate(args) -> int:
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
     say_unused(args, {args.mode})
-    pair = _load(args, with_drafter=args.mode == "dflash")
+    pair = pair_from_args(args, with_drafter=args.mode == "dflash", ranks=args.ranks)
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
     settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
@@ -161,7 +164,7 @@ def cmd_parity(args) -> int:
     if args.trace:  # before any work: a bad path costs nothing, and nothing is written yet
         check_output(args.trace, "the trace", inputs=(args.prompt_file,))
     say_unused(args, {"ar", "dflash"})
-    pair, text = _load(args), _prompt_text(args)
+    pair, text = pair_from_args(args, ranks=args.ranks), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
     settings.resolved(pair)  # refused settings are refused before the trace is begun
     check_prompt(pair, ids, settings.max_tokens)  # and a prompt past the context, before a cost curve is measured
@@ -191,7 +194,7 @@ def cmd_bench(args) -> int:
         from engine.tools.bench_sizes import parse_sizes
 
         sizes = parse_sizes(args.block_sizes)  # before loading: a typo costs nothing
-    pair = _load(args)
+    pair = pair_from_args(args, ranks=args.ranks)
     prompts = [(t, encode_prompt(pair.tokenizer, t, _chat_flag(args))) for t in texts]
     check_prompts(pair, prompts, args.max_tokens)  # before any cost curve is measured: a bad line costs nothing
     progress = (lambda msg: None) if args.json else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
@@ -262,7 +265,7 @@ def cmd_calibrate(args) -> int:
     from engine.decode.cost_curve import cost_curve
     from engine.decode.settings import GenerationSettings
 
-    pair = _load(args)
+    pair = pair_from_args(args, ranks=args.ranks)
     if args.block_size == "auto":  # the curve auto runs use: up to the drafter's block
         if pair.drafter is None:
             raise DFlashError("--block-size auto measures the curve DFlash's auto verify length uses, up to the "

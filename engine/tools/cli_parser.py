@@ -12,7 +12,7 @@ from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT,
 SAMPLING = DEFAULTS.sampling
 
 
-def _add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
+def add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
     p.add_argument("--target", help="target model: folder or Hugging Face id (default: the demo pair's)")
     if drafter:
         p.add_argument("--drafter", help="DFlash drafter: folder or Hugging Face id (default: the demo pair's, "
@@ -20,7 +20,7 @@ def _add_model_args(p: argparse.ArgumentParser, drafter: bool = True) -> None:
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    _add_model_args(p)
+    add_model_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text (or a chat history: a JSON list of messages)")
@@ -52,7 +52,7 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
                         "another seed draws another)")
 
 
-def _block_size(text: str):
+def block_size_arg(text: str):
     if text == "auto":
         return text
     try:
@@ -62,7 +62,7 @@ def _block_size(text: str):
 
 
 def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--block-size", type=_block_size, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
+    p.add_argument("--block-size", type=block_size_arg, metavar="N|auto", default="auto" if AUTO_BY_DEFAULT else None,
                    help=f"auto{' (the default)' if AUTO_BY_DEFAULT else ''}: each round verifies as many drafts "
                         "as pay off, from this machine's cost curve (measured once, cached) and the acceptance "
                         f"so far, up to the drafter's block; or N, 1..{MAX_BLOCK}: every round drafts N - 1")
@@ -119,7 +119,7 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
     p.add_argument("--trace", help="write both runs and the verdict here (dflash-trace/2 JSONL; the window opens it)")
 
     b = sub.add_parser("bench", help="AR vs DFlash speed over a prompts file")
-    _add_model_args(b)
+    add_model_args(b)
     b.add_argument("--prompts", required=True,
                    help='JSONL file, one {"prompt": "..."} per line, or {"messages": [...]} for a chat history')
     _add_max_tokens(b)
@@ -142,11 +142,11 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
                         "mlx-lm's speculative generation with it)")
 
     d = sub.add_parser("doctor", help="can this drafter run with this target?")
-    _add_model_args(d)
+    add_model_args(d)
 
     c = sub.add_parser("calibrate", help="the cost curve: one verify of 1..block tokens and one AR step, here")
-    _add_model_args(c)
-    c.add_argument("--block-size", type=_block_size, metavar="N|auto",
+    add_model_args(c)
+    c.add_argument("--block-size", type=block_size_arg, metavar="N|auto",
                    help="measure verifies up to this length (default, or auto: the drafter's block, the curve "
                         "--block-size auto runs use)")
     c.add_argument("--repeats", type=int, default=3,
