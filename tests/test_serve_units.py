@@ -121,14 +121,15 @@ def test_chat_to_a_model_without_a_template_names_the_completions_endpoint(plain
 
 
 @pytest.mark.skipif(demo_pair() is None, reason="the demo pair is not installed")
-def test_the_demo_target_writes_a_conversation_as_code_comments_and_a_plain_prompt_raw():
+def test_the_demo_target_writes_a_conversation_as_code_and_a_plain_prompt_raw():
     target, _ = demo_pair()
     assert (target / CONVERSATION_TEMPLATE).is_file()
     tokenizer = load_pair(target, None).tokenizer
     assert not tokenizer.has_chat_template  # a plain prompt stays raw (tests/test_demo_pairs.py)
     chat = [{"role": "system", "content": "Helpers."}, {"role": "user", "content": "Sort a list.\n\nIn place."},
-            {"role": "assistant", "content": "\ndef sort(xs):\n    xs.sort()\n"}, {"role": "user", "content": "Now reverse."}]
-    want = "# Helpers.\n# Sort a list.\n#\n# In place.\ndef sort(xs):\n    xs.sort()\n\n\n# Now reverse.\n"
+            {"role": "assistant", "content": "\n    xs.sort()\n"}, {"role": "user", "content": 'Now """reverse""".'}]
+    want = ('# Helpers.\ndef answer():\n    """Sort a list.\n\n    In place."""\n    xs.sort()\n\n\n'
+            'def answer():\n    """Now \'\'\'reverse\'\'\'."""\n')
     assert encode_messages(tokenizer, chat) == tokenizer.encode(want, add_special_tokens=False)
     assert encode_prompt(tokenizer, json.dumps(chat)) == encode_messages(tokenizer, chat)  # a conversation prompt
     assert encode_prompt(tokenizer, "def f():\n") == tokenizer.encode("def f():\n")
@@ -136,7 +137,7 @@ def test_the_demo_target_writes_a_conversation_as_code_comments_and_a_plain_prom
              (Path(__file__).resolve().parents[1] / "resources/models/recipe/bench_prompts.jsonl").read_text().splitlines() if line.strip()]
     assert bench and all(encode_prompt(tokenizer, p) == tokenizer.encode(p) for p in bench)  # bench's ids stay raw
     go_on = encode_messages(tokenizer, chat[:3])  # ending with the assistant's message: continued from its text
-    assert tokenizer.decode(go_on).endswith("def sort(xs):\n    xs.sort()\n")
+    assert tokenizer.decode(go_on).endswith('In place."""\n\n    xs.sort()\n')
 
 
 @pytest.mark.parametrize("argv, says", [
