@@ -374,6 +374,15 @@ class RoundsView(QTableView):
         finally:
             self._quiet = False
 
+    def focusInEvent(self, event) -> None:  # noqa: N802
+        # Qt makes the first row current when the focus arrives with none (a tab switch passes it on):
+        # that is no round the user picked
+        self._quiet = True
+        try:
+            super().focusInEvent(event)
+        finally:
+            self._quiet = False
+
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if not self._quiet and current.isValid():
             self.round_selected.emit(current.row())

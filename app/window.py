@@ -30,6 +30,7 @@ from app.parity_view import ParityView, parity_mark
 from app.plots import PlotsPanel
 from app.prompt_panel import PromptPanel
 from app.race_view import RaceView
+from app.round_links import RoundLinks
 from app.rounds_view import RoundsView, source_legend
 from app.selector_view import SelectorView
 from app.model_lists import ModelLists
@@ -134,13 +135,11 @@ class MainWindow(QMainWindow):
         self.models.cancel_requested.connect(self.stop)
         self.prompt.run_button.clicked.connect(self.start_run)
         self.prompt.stop_button.clicked.connect(self.stop)
-        self.rounds.round_selected.connect(self._round_selected)
-        self.rounds.round_opened.connect(lambda _index: self.center_tabs.setCurrentWidget(self.selector_view))
+        self.round_links = RoundLinks(self)
         self.why_view.advise_requested.connect(self.controller.advise)
         self.race_view.race_requested.connect(self.start_race)
         self.race_view.stop_requested.connect(self.stop)
         self.race_view.method_selected.connect(self.controller.show_method)
-        self.output.token_clicked.connect(self._token_clicked)
 
     # ---- settings --------------------------------------------------------------------------
 
@@ -259,22 +258,6 @@ class MainWindow(QMainWindow):
 
     def update_status(self) -> None:
         self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)
-
-    # ---- rounds <-> output and selector ----------------------------------------------------
-
-    def _round_selected(self, index: int) -> None:
-        self.selector_view.show_round(self.rounds_run, index)
-        self.center_tabs.setCurrentWidget(self.selector_view if self.selector_view.isVisible() else self.output)
-        self.output.highlight_round(index)
-
-    def _token_clicked(self, token_index: int) -> None:
-        run = self.output.run
-        if run is None or run is not self.rounds_run:
-            return
-        tok = run.tokens[token_index]
-        if tok.round is not None:
-            self.rounds.select_round(tok.round)
-            self._round_selected(tok.round)
 
     # ---- files -----------------------------------------------------------------------------
 
