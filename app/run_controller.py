@@ -30,7 +30,7 @@ from app.files import Comparison
 from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
-from app.run_messages import calibration_left_s, done_message, prefill_message
+from app.run_messages import calibration_left_s, calibration_message, done_message, prefill_message
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
@@ -62,6 +62,7 @@ class RunController(QObject):
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
         self._starting_mode: Optional[str] = None  # a run submitted whose first event has not come yet
+        self._output_waits: Optional[RunRecord] = None  # started, shown in Output once it writes
         # (steps done before, when) at this run's first step of the cost curve's measurement
         self._calibration_start: Optional[tuple[int, float]] = None
         self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
@@ -81,7 +82,6 @@ class RunController(QObject):
         job_id = self.host.submit(job)
         self.active = (job_id, job)
         self._throttle.reset()  # what the GUI did between jobs (clicks, the last run's plots) is not this job's
-        self.w.statusBar().setToolTip("")  # the last run's line, until this one's
         if self.loaded is not None:  # an opened trace showed the device it was made on
             self.w.status_line.show_device(self.loaded.device)
         self.w.prompt.set_running(True)
@@ -169,6 +169,7 @@ class RunController(QObject):
             self.w.statusBar().showMessage("stopping…")
 
     def clear_runs(self) -> None:
+        self._output_waits = None
         self.runs = {}
         self.current_run = None
         self.rounds_run = None
@@ -201,7 +202,6 @@ class RunController(QObject):
         self.w.selector_view.update_run(self.rounds_run)
         if isinstance(opened, Comparison):
             self.w.show_parity(opened.parity, opened.ar, opened.dflash)
-        self.w.statusBar().setToolTip("")  # the last live run's line
         self.w.update_status()
 
     def shown(self) -> Optional[RunRecord | Comparison]:
@@ -286,17 +286,21 @@ class RunController(QObject):
                 self._calibration_start = (msg.event.done - 1, time.monotonic())
             before, since = self._calibration_start
             left = calibration_left_s(msg.event.done - before, msg.event.total - before, time.monotonic() - since)
-            self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve (once per pair, block and "
-                                           f"draft window) {msg.event.done}/{msg.event.total}"
-                                           + (f", about {left:.0f} s left" if left is not None else "") + ", Esc stops")
+            self.w.progress.show_progress(calibration_message(self.runs.get(msg.label)), msg.event.done,
+                                          msg.event.total, left)
+            self.w.statusBar().showMessage("auto verify length: measuring the cost curve…")
             return
+        self.w.progress.finish()
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None
             run = RunRecord(msg.event, msg.header, table)
             self.runs[msg.label] = run
             if self.race_pinned is None:  # follow the run in progress unless the user picked a race method
                 self.current_run = run
-                self.w.output.set_run(run)
+                if self.job_mode == "both" and "ar" in self.runs:  # AR's text stays up until DFlash's comes
+                    self._output_waits = run  # (its first run measures the cost curve first: ~20 s)
+                else:
+                    self.w.output.set_run(run)
                 if msg.label == "dflash" or (self.job_mode == "race" and msg.label != "ar"):
                     self.rounds_run = run
                     self.w.rounds.set_run(run)
@@ -306,6 +310,9 @@ class RunController(QObject):
             run = self.runs.get(msg.label)
             if run is not None:
                 run.add(msg.event)
+                if run is self._output_waits:
+                    self._output_waits = None
+                    self.w.output.set_run(run)
         self._dirty = True
 
     def _refresh_views(self, final: bool = False) -> None:
@@ -334,6 +341,7 @@ class RunController(QObject):
         w = self.w
         if self.active is not None and self.active[0] == msg.job_id:
             self.active = None
+        w.progress.finish()
         w.prompt.set_running(False)
         w.race_view.set_running(False)
         w.models.set_loading(False)
@@ -348,7 +356,6 @@ class RunController(QObject):
             elif run is not None and run.summary is not None:
                 message = done_message(run.summary, after_ar=self.job_mode == "both" and run.mode == "dflash")
                 w.statusBar().showMessage(message)
-                w.statusBar().setToolTip(message)  # the whole line, where a narrow window cuts it
             elif msg.cancelled:
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)

@@ -32,6 +32,16 @@ def calibration_left_s(done: int, total: int, elapsed_s: float) -> Optional[floa
     return elapsed_s / (done - 1) * (total - done)
 
 
+def calibration_message(run) -> str:
+    """What the strip above the tabs says while the cost curve is measured for `run` (its RunRecord)."""
+    settings = run.start.settings if run is not None else {}
+    block, window = settings.get("block_size"), settings.get("draft_window")
+    at = ", ".join(part for part in (f"block {block}" if block else "", f"draft window {window}" if window else "")
+                   if part)
+    return ("Auto verify length: measuring this machine's cost curve" + (f" ({at})" if at else "")
+            + ", once per pair and setting; later runs read it from the cache")
+
+
 def prefill_message(label: str, event: PrefillEvent) -> str:
     """The status line while the prompt runs through the target."""
     reused = f" ({event.reused:,} reused)" if event.reused else ""

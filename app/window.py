@@ -28,6 +28,7 @@ from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView, parity_mark
 from app.plots import PlotsPanel
+from app.progress_strip import ProgressStrip
 from app.prompt_panel import PromptPanel
 from app.race_view import RaceView
 from app.round_links import RoundLinks
@@ -106,6 +107,8 @@ class MainWindow(QMainWindow):
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
+        self.progress = ProgressStrip()
+        tl.addWidget(self.progress)
         tl.addWidget(self.center_tabs, 1)
         tl.addWidget(self.legend)
         self.rounds, self.rounds_legend = RoundsView(), source_legend()

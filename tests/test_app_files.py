@@ -279,7 +279,7 @@ def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window,
     device.set_line("device: cpu")  # a line that fits is asked room for, margins included, and shown whole
     device.resize(device.sizeHint())
     assert device.text() == "device: cpu"
-    assert w.statusBar().toolTip() == ""
+    assert w.statusBar().toolTip() == w.statusBar().currentMessage() == f"replaying {path}"  # not the run's line
     run_and_wait(qtbot, w)
     assert w.status_labels["device"].toolTip() == here
     stats = w.rounds_run.stats
