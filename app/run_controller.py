@@ -57,6 +57,7 @@ class RunController(QObject):
         self.rounds_run: Optional[RunRecord] = None  # shown in Rounds and the round plots
         self.parity: Optional[ParityDone] = None
         self.race: Optional[RaceDone] = None
+        self.race_runs: dict[str, RunRecord] = {}  # the last race's runs, kept past other runs for its table
         self.race_pinned: Optional[str] = None  # the race method the user chose to watch (else the running one)
         self.replaying: Optional[Path] = None
         self.job_mode: Optional[str] = None  # mode of the last run submitted
@@ -126,12 +127,16 @@ class RunController(QObject):
                       load=load, cancel=cancel)
         self.clear_runs()
         self.job_mode = "race"
+        self.race_runs = self.runs
         self.w.race_view.start(methods)
         self.w.statusBar().showMessage("racing: " + ", ".join(methods) + "…")
         self._submit(job)
 
     def show_method(self, method: str) -> None:
         """A race method's run in the output, rounds, plots and status (the user picked its row)."""
+        if self.job_mode != "race" and method in self.race_runs and not self.busy:  # the last race, again
+            self.clear_runs()
+            self.job_mode, self.runs = "race", self.race_runs
         run = self.runs.get(method)
         if run is None or (self.race_pinned == method and self.current_run is run):
             return

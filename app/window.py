@@ -226,8 +226,7 @@ class MainWindow(QMainWindow):
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
         self.why_view.clear()
-        self.selector_view.clear()
-        self.race_view.clear()
+        self.selector_view.clear()  # the race table stays: the last race's figures until the next race
         self.update_status()
 
     def pair_loaded(self, info: PairInfo) -> None:
