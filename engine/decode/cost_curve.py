@@ -65,6 +65,7 @@ class CalibrationCancelled(DFlashError):
 DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
 SWEEP_BUDGET_S = 6.0  # a depth's sweeps go on past `repeats` while the next one fits in this (seconds)...
 EXTRA_SWEEPS = 3  # ...up to this many times `repeats`
+MAX_CURVE_BLOCK = 64  # the longest verify a curve measures (_check)
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -268,6 +269,36 @@ def _sound(curve: CostCurve, block: int) -> bool:
             and all(sound(p) for p in points) and all(a.depth < b.depth for a, b in zip(points, points[1:])))
 
 
+def shorter(curve: CostCurve, block: int) -> CostCurve:
+    """A curve measured up to a longer block, cut to `block`: its verifies of 1..block and drafts of
+    2..block at each depth are what a measurement up to `block` times (the same sweeps, the longer
+    lengths after them). Its depths are the longer block's: near the target's context it may lack the
+    deepest one a shorter block would fit (the curve holds its deepest figures beyond it)."""
+    def cut(p: DepthPoint) -> DepthPoint:
+        by_length = p.draft_by_length_ms[:block] if p.draft_by_length_ms is not None else None
+        return replace(p, verify_ms=p.verify_ms[:block], draft_by_length_ms=by_length)
+
+    base, *deeper = [cut(p) for p in curve.points()]
+    return replace(curve, block=block, verify_ms=base.verify_ms, draft_by_length_ms=base.draft_by_length_ms,
+                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
+                   deeper=deeper)
+
+
+def _from_longer(pair: LoadedPair, block: int, repeats: int, window: int, sink: int,
+                 sampling: Optional[SamplingSettings]) -> Optional[CostCurve]:
+    """A cached curve of a longer block (the shortest there is) cut to `block`, else None: a block size
+    turned down needs no measurement of its own (block 9 after 16 measured for ~20 s)."""
+    for longer in range(block + 1, MAX_CURVE_BLOCK + 1):
+        path = cache_dir() / "cost-curves" / f"{cache_key(pair, longer, repeats, window, sink, sampling)}.json"
+        try:
+            data = json_text.loads(path.read_bytes()) if path.is_file() else None
+            if isinstance(data, dict) and data.get("schema") == SCHEMA and _sound(curve := _from_json(data), longer):
+                return fitted(shorter(curve, block))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged entry is no help
+    return None
+
+
 def cache_dir() -> Path:
     override = os.environ.get("DFLASH_CACHE_DIR")
     if override:
@@ -341,6 +372,8 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
                     return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
+    if not fresh and (cut := _from_longer(pair, block, repeats, window, sink, sampling)) is not None:
+        return cut, True
     # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
     # started again from the first, and a long prompt's first run spends most of its time here)
     kept = _STOPPED.setdefault(key, []) if not fresh else []
