@@ -363,6 +363,11 @@ class RoundsView(QTableView):
         if self.rounds_model.refresh() and at_bottom:
             self.scrollToBottom()
 
+    def show_start(self) -> None:
+        """With no round picked, round 0 in view: the one the Selector describes (a run ended scrolled down)."""
+        if not self.currentIndex().isValid():
+            self.scrollToTop()
+
     def select_round(self, index: int) -> None:
         """Select a row without echoing `round_selected` (the output asked for it)."""
         if not 0 <= index < self.rounds_model.rowCount():
@@ -374,14 +379,10 @@ class RoundsView(QTableView):
         finally:
             self._quiet = False
 
-    def focusInEvent(self, event) -> None:  # noqa: N802
-        # Qt makes the first row current when the focus arrives with none (a tab switch passes it on):
-        # that is no round the user picked
+    def focusInEvent(self, event) -> None:  # noqa: N802 (Qt makes the first row current: no user's pick)
         self._quiet = True
-        try:
-            super().focusInEvent(event)
-        finally:
-            self._quiet = False
+        super().focusInEvent(event)
+        self._quiet = False
 
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if not self._quiet and current.isValid():

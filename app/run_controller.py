@@ -30,7 +30,9 @@ from app.files import Comparison
 from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
-from app.run_messages import calibration_left_s, calibration_message, done_message, prefill_message
+from app.run_messages import (
+    advice_note, calibration_left_s, calibration_message, count_setting, done_message, prefill_message,
+)
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
@@ -164,8 +166,8 @@ class RunController(QObject):
         self.w.statusBar().showMessage("advising: measuring the cost curve (cached after the first time)…")
         settings = run.start.settings
         self._submit(AdviseJob([to_dict(r) for r in run.rounds], run.summary.decode_s, ar_tok_s,
-                               settings.get("block_size"), _count(settings.get("draft_window")),
-                               _count(settings.get("draft_sink")), settings.get("sampling")))
+                               settings.get("block_size"), count_setting(settings.get("draft_window")),
+                               count_setting(settings.get("draft_sink")), settings.get("sampling")))
 
     def stop(self) -> None:
         """Cancel the job in progress: a run stops within one round, a load between stages."""
@@ -259,12 +261,7 @@ class RunController(QObject):
             run = self.rounds_run
             block = run.start.settings.get("block_size") if run is not None else None
             replayed = self.replaying is not None and self.loaded is not None
-            note = (f" The cost curve is the loaded pair's ({self.loaded.target}) on this machine."
-                    if replayed else "")
-            copies = msg.advice["copies"] if msg.advice else 0
-            if copies:  # the advice is the drafter's: the advisor left the copies out
-                note += (f" The {copies} rounds that verified a copy of the context are left out: this is what "
-                         "the drafter's blocks alone would give.")
+            note = advice_note(msg.advice, self.loaded.target if replayed else None)
             w.why_view.show_advice(msg.curve, msg.advice, block, note)
             w.statusBar().showMessage("advice ready (Why tab)")
         elif isinstance(msg, ParityDone):
@@ -293,7 +290,6 @@ class RunController(QObject):
             left = calibration_left_s(msg.event.done - before, msg.event.total - before, time.monotonic() - since)
             self.w.progress.show_progress(calibration_message(self.runs.get(msg.label)), msg.event.done,
                                           msg.event.total, left)
-            self.w.statusBar().showMessage("auto verify length: measuring the cost curve…")
             return
         self.w.progress.finish()
         if isinstance(msg.event, StartEvent):
@@ -339,6 +335,7 @@ class RunController(QObject):
             self._dirty = False
         if final:
             self._dirty = False
+            w.rounds.show_start()
             if self.parity is not None and "ar" in self.runs:  # no "dflash" when Stop ended AR's run
                 w.show_parity(self.parity, self.runs["ar"], self.runs.get("dflash"))
 
@@ -401,7 +398,3 @@ class RunController(QObject):
         self.host.take()
         return stopped
 
-
-def _count(value) -> int:
-    """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

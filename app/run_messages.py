@@ -46,3 +46,19 @@ def prefill_message(label: str, event: PrefillEvent) -> str:
     """The status line while the prompt runs through the target."""
     reused = f" ({event.reused:,} reused)" if event.reused else ""
     return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"
+
+
+def advice_note(advice: Optional[dict], replayed_on: Optional[str]) -> str:
+    """What the Why tab adds to the advice: whose cost curve it read (`replayed_on`: the loaded target,
+    for a trace's rounds), and the copies the advisor left out."""
+    note = f" The cost curve is the loaded pair's ({replayed_on}) on this machine." if replayed_on else ""
+    copies = advice["copies"] if advice else 0
+    if copies:  # the advice is the drafter's: the advisor left the copies out
+        note += (f" The {copies} rounds that verified a copy of the context are left out: this is what "
+                 "the drafter's blocks alone would give.")
+    return note
+
+
+def count_setting(value) -> int:
+    """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -137,6 +137,7 @@ class MainWindow(QMainWindow):
         self.models.load_requested.connect(self.start_load)
         self.models.cancel_requested.connect(self.stop)
         self.prompt.run_button.clicked.connect(self.start_run)
+        self.prompt.notice.connect(self.notify)
         self.prompt.stop_button.clicked.connect(self.stop)
         self.round_links = RoundLinks(self)
         self.why_view.advise_requested.connect(self.controller.advise)
@@ -237,8 +238,9 @@ class MainWindow(QMainWindow):
             else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
-        if notice := self.prompt.set_vocab_size(info.vocab_size):  # a top-k past this vocabulary, cut
-            self.notify(notice)
+        for notice in (self.prompt.set_vocab_size(info.vocab_size), self.prompt.set_context(info.context)):
+            if notice:  # a top-k past this vocabulary, max tokens past its context: cut
+                self.notify(notice)
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
         self.autosave.changed()

@@ -41,7 +41,7 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
-from engine.decode.curve import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
+from engine.decode.curve import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted, shorter
 from engine.decode.acceptance import accept
 from engine.decode.proposal import propose
 from engine.decode.sampling import Sampler, log_probs
@@ -65,7 +65,6 @@ class CalibrationCancelled(DFlashError):
 DEPTHS = (CONTEXT_TOKENS, 512, 1536, 4096)  # depths measured, where the target's context allows
 SWEEP_BUDGET_S = 6.0  # a depth's sweeps go on past `repeats` while the next one fits in this (seconds)...
 EXTRA_SWEEPS = 3  # ...up to this many times `repeats`
-MAX_CURVE_BLOCK = 64  # the longest verify a curve measures (_check)
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -269,26 +268,10 @@ def _sound(curve: CostCurve, block: int) -> bool:
             and all(sound(p) for p in points) and all(a.depth < b.depth for a, b in zip(points, points[1:])))
 
 
-def shorter(curve: CostCurve, block: int) -> CostCurve:
-    """A curve measured up to a longer block, cut to `block`: its verifies of 1..block and drafts of
-    2..block at each depth are what a measurement up to `block` times (the same sweeps, the longer
-    lengths after them). Its depths are the longer block's: near the target's context it may lack the
-    deepest one a shorter block would fit (the curve holds its deepest figures beyond it)."""
-    def cut(p: DepthPoint) -> DepthPoint:
-        by_length = p.draft_by_length_ms[:block] if p.draft_by_length_ms is not None else None
-        return replace(p, verify_ms=p.verify_ms[:block], draft_by_length_ms=by_length)
-
-    base, *deeper = [cut(p) for p in curve.points()]
-    return replace(curve, block=block, verify_ms=base.verify_ms, draft_by_length_ms=base.draft_by_length_ms,
-                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
-                   deeper=deeper)
-
-
 def _from_longer(pair: LoadedPair, block: int, repeats: int, window: int, sink: int,
                  sampling: Optional[SamplingSettings]) -> Optional[CostCurve]:
-    """A cached curve of a longer block (the shortest there is) cut to `block`, else None: a block size
-    turned down needs no measurement of its own (block 9 after 16 measured for ~20 s)."""
-    for longer in range(block + 1, MAX_CURVE_BLOCK + 1):
+    """A cached curve of a longer block cut to `block` (curve.shorter), else None: block 9 after 16 measured."""
+    for longer in range(block + 1, 65):  # up to 64, the longest verify _check allows
         path = cache_dir() / "cost-curves" / f"{cache_key(pair, longer, repeats, window, sink, sampling)}.json"
         try:
             data = json_text.loads(path.read_bytes()) if path.is_file() else None
