@@ -21,6 +21,7 @@ from app.settings import AppSettings
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
 THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
+BOX_MIN_WIDTH = 64  # px: a spin box's least width (typical values show whole; its tooltip says the range)
 MODE_CHOICES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
 
 
@@ -91,6 +92,9 @@ class PromptPanel(QGroupBox):
         for box in (self.temperature, self.top_p, self.top_k, self.seed, self.max_tokens, self.block_size,
                     self.draft_window, self.draft_sink):
             box.clamped.connect(self.notice)
+            # not as wide as the largest value each takes (a seed's 10 digits): the column narrows on a
+            # 1024-pixel screen, where the centre had ~550 px and the rounds header read "ock: anchor"
+            box.setMinimumWidth(BOX_MIN_WIDTH)
 
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}

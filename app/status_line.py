@@ -72,7 +72,7 @@ class ElidedLabel(QLabel):
 
 class StatusLine:
     def __init__(self, bar: QStatusBar):
-        bar.messageChanged.connect(bar.setToolTip)  # the whole message, where the figures beside it cut it
+        bar.messageChanged.connect(lambda message: bar.setToolTip(message))  # the whole message, where cut
         self.labels: dict[str, QLabel] = {}
         for key in NAMES:
             label = ElidedLabel(f"{key}: –") if key == "device" else QLabel(f"{key}: –")

@@ -56,8 +56,8 @@ class WhyView(QWidget):
 
         self.plots = pg.GraphicsLayoutWidget()
         self.p_cal = self.plots.addPlot(row=0, col=0, axisItems=thin_axes())
-        self.p_cal.setTitle("Accepted vs drafter confidence", **TITLE)
-        self.p_cal.setLabel("bottom", "drafter's probability of its draft")
+        self.p_cal.setTitle("Accepted vs confidence", **TITLE)
+        self.p_cal.setLabel("bottom", "drafter's probability")
         self.p_cal.setLabel("left", "accepted")
         self.p_cal.setRange(xRange=(0, 1), yRange=(0, 1.05))
         self.p_cal.plot([0, 1], [0, 1], pen=pg.mkPen(theme.FOREGROUND, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
@@ -65,7 +65,7 @@ class WhyView(QWidget):
                                          symbolBrush=theme.PLOT_DFLASH)
 
         self.p_adv = self.plots.addPlot(row=0, col=1, axisItems=thin_axes())
-        self.p_adv.setTitle("Predicted speedup by block size", **TITLE)
+        self.p_adv.setTitle("Speedup by block size", **TITLE)
         self.p_adv.setLabel("bottom", "block size")
         self.adv_bars = empty_bars(theme.PLOT_DFLASH, 170)
         self.adv_current = empty_bars(theme.PLOT_VERIFY, 230)

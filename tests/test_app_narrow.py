@@ -1,0 +1,28 @@
+"""A 1024x700 screen: the settings column narrows so the centre gets room (it had ~550 px), the rounds
+header reads whole, and the Why and Selector tabs fit across."""
+
+from PySide6.QtCore import QRect
+from PySide6.QtWidgets import QScrollArea
+
+from app.rounds_view import BLOCK_COLUMN, COLUMNS
+
+from test_app_common import app_env, make_window  # noqa: F401
+from test_app_screen import fake_screen, run_button_on_screen
+
+
+def test_at_1024x700_the_centre_gets_the_room(qtbot, make_window, monkeypatch):
+    available = QRect(0, 0, 1024, 700)
+    fake_screen(monkeypatch, available)
+    w = make_window()
+    qtbot.waitExposed(w)
+    run_button_on_screen(w, available)
+    assert w.center_split.width() >= 640, w.main_split.sizes()
+    header = w.rounds.horizontalHeader()
+    text = header.fontMetrics().horizontalAdvance(COLUMNS[BLOCK_COLUMN])
+    assert header.sectionSize(BLOCK_COLUMN) >= text + 12  # the header's text and its margins
+    for view in (w.why_view, w.selector_view):
+        w.center_tabs.setCurrentWidget(view)
+        qtbot.waitUntil(view.isVisible)
+        for area in view.findChildren(QScrollArea):
+            if area.isVisible():
+                assert area.horizontalScrollBar().maximum() == 0, type(view).__name__  # no sideways scrolling
