@@ -17,8 +17,11 @@ class _Clamps:
     `why_max` (set_bound) says where a maximum below the box's own comes from."""
 
     clamped: Signal
-    name: str
     why_max: Optional[str] = None
+
+    def __init__(self, name: str, **kwargs):
+        super().__init__(**kwargs)
+        self.name = name
 
     def _typed(self, text: str) -> Optional[float]:
         raise NotImplementedError
@@ -59,10 +62,6 @@ class _Clamps:
 class ClampedSpinBox(_Clamps, QSpinBox):
     clamped = Signal(str)
 
-    def __init__(self, name: str, **kwargs):
-        super().__init__(**kwargs)
-        self.name = name
-
     def _typed(self, text: str) -> Optional[float]:
         body = self._body(text)
         return int(body) if body.lstrip("-").isdigit() else None
@@ -80,10 +79,6 @@ class ClampedSpinBox(_Clamps, QSpinBox):
 
 class ClampedDoubleSpinBox(_Clamps, QDoubleSpinBox):
     clamped = Signal(str)
-
-    def __init__(self, name: str, **kwargs):
-        super().__init__(**kwargs)
-        self.name = name
 
     def _typed(self, text: str) -> Optional[float]:
         value, ok = self.locale().toDouble(self._body(text))

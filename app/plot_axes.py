@@ -11,7 +11,12 @@ GAP_PX = {"left": 22, "right": 22, "bottom": 56, "top": 56}  # the least room be
 
 
 class ThinAxis(pg.AxisItem):
-    """An AxisItem whose labelled ticks are at least GAP_PX apart (the next round spacing that is)."""
+    """An AxisItem whose labelled ticks are at least GAP_PX apart (the next round spacing that is); only
+    the major ticks are labelled (pyqtgraph's minor labels ran into them: "0.40.50.6")."""
+
+    def __init__(self, orientation: str, **kwargs):
+        super().__init__(orientation, **kwargs)
+        self.setStyle(maxTextLevel=0)
 
     def tickSpacing(self, minVal, maxVal, size):  # noqa: N802 (pyqtgraph API)
         levels = super().tickSpacing(minVal, maxVal, size)
@@ -22,7 +27,7 @@ class ThinAxis(pg.AxisItem):
         least = GAP_PX[self.orientation] * span / size  # in data units
         if spacing >= least:
             return levels
-        return [(nice_above(least), 0), (spacing, offset)]  # the old spacing as minor ticks, unlabelled if crowded
+        return [(nice_above(least), 0), (spacing, offset)]  # the old spacing as minor ticks
 
 
 def nice_above(x: float) -> float:

@@ -8,6 +8,8 @@ row takes its first row when it gets the focus.
 
 from __future__ import annotations
 
+import weakref
+
 from PySide6.QtWidgets import QTabWidget
 
 
@@ -20,7 +22,9 @@ class RoundLinks:
     """Wires the rounds table, the output and the Selector of `window` (app.window.MainWindow)."""
 
     def __init__(self, window):
-        self.w = window
+        # weak, as the run controller's: a window <-> links cycle left closed windows to the garbage collector,
+        # which ran on the worker thread's gc.collect() and deadlocked freeing Qt objects (a hang in the tests)
+        self.w = weakref.proxy(window)
         window.rounds.round_selected.connect(self.round_selected)
         window.rounds.round_opened.connect(self.round_opened)
         window.output.token_clicked.connect(self.token_clicked)

@@ -187,8 +187,7 @@ class RunController(QObject):
         self.w.clear_run_views()
 
     def show_replay(self, opened: RunRecord | Comparison, path: Path) -> None:
-        """A run read from a trace, shown like a finished one; a parity check's two runs and its verdict
-        as a finished Both run."""
+        """A trace's run shown like a finished one; a parity check's two runs and verdict as a Both run."""
         self.clear_runs()
         self.replaying = path
         if isinstance(opened, Comparison):
@@ -290,6 +289,7 @@ class RunController(QObject):
             left = calibration_left_s(msg.event.done - before, msg.event.total - before, time.monotonic() - since)
             self.w.progress.show_progress(calibration_message(self.runs.get(msg.label)), msg.event.done,
                                           msg.event.total, left)
+            self.w.statusBar().showMessage(f"{msg.label}: measuring the cost curve (progress above the tabs)")
             return
         self.w.progress.finish()
         if isinstance(msg.event, StartEvent):
