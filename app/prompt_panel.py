@@ -21,7 +21,7 @@ from app.settings import AppSettings
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
 THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
-BOX_MIN_WIDTH = 76  # px: a spin box's least width (typical values show whole; its tooltip says the range)
+BOX_MIN_WIDTH = 72  # px: a spin box's least width (typical values show whole; its tooltip says the range)
 MODE_CHOICES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
 
 

@@ -87,14 +87,14 @@ class WhyView(QWidget):
         self.cost_ar.hide()
 
         self.p_depth_acc = self.plots.addPlot(row=1, col=0, axisItems=thin_axes())
-        self.p_depth_acc.setTitle("Acceptance length by context depth", **TITLE)
+        self.p_depth_acc.setTitle("Acceptance length by depth", **TITLE)
         self.p_depth_acc.setLabel("bottom", "context depth (tokens)")
         self.depth_acc_dots = self.p_depth_acc.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                                     symbolBrush=translucent_brush(theme.PLOT_DFLASH, 110))
         self.depth_acc_mean = self.p_depth_acc.plot(**mean_style(theme.PLOT_DFLASH))
 
         self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2, axisItems=thin_axes())
-        self.p_depth_cost.setTitle("Cost by context depth (ms)", **TITLE)
+        self.p_depth_cost.setTitle("Cost by depth (ms)", **TITLE)
         self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
         # Which colour is which (a QA pass asked): one row along the top on a translucent ground, so
         # it hides few points (stacked, it covered the plot's upper left)
