@@ -9,8 +9,8 @@ from typing import Optional
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QSize
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtCore import QCoreApplication, QEvent, QRectF, QSize
+from PySide6.QtGui import QColor, QImage, QPainter
 
 from engine.errors import DFlashError
 from engine.safe_write import check_output, replace_with, temporary_name
@@ -24,8 +24,7 @@ def _edges(n: int) -> np.ndarray:
     return np.arange(n + 1, dtype=float) - 0.5
 
 
-SLIDE_SIZE = QSize(1280, 720)  # logical pixels the saved plots are laid out in, at least
-SLIDE_SCALE = 2  # pixels per logical pixel in the saved PNG (2560x1440 at least)
+SLIDE_SIZE = QSize(1600, 900)  # pixels the saved plots are laid out in, at least (a 16:9 slide)
 TITLE = {"size": "9pt", "color": theme.FOREGROUND}  # plot titles, here and in the Why tab
 
 
@@ -178,21 +177,22 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.time_curves["rollback"].setData(edges, total)
 
     def slide_image(self) -> QImage:
-        """The plots laid out at least SLIDE_SIZE (logical pixels; the window's size comes back after) and
-        drawn at SLIDE_SCALE: a 776x352 grab of a laptop's tab was too crowded and small to show."""
-        shown = self.size()
-        size = QSize(max(shown.width(), SLIDE_SIZE.width()), max(shown.height(), SLIDE_SIZE.height()))
-        self.resize(size)
+        """The plots' grid laid out at SLIDE_SIZE at least and drawn there (then put back to the window's
+        size): a 776x352 grab of a laptop's tab was too crowded and small to show, and a tab not on show
+        keeps a stale size."""
+        shown = self.ci.geometry()
+        area = QRectF(0, 0, max(shown.width(), SLIDE_SIZE.width()), max(shown.height(), SLIDE_SIZE.height()))
+        self.ci.setGeometry(area)
         QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)  # pyqtgraph lays the grid out again
-        image = QImage(size * SLIDE_SCALE, QImage.Format.Format_ARGB32)
-        image.setDevicePixelRatio(SLIDE_SCALE)
-        image.fill(self.palette().window().color())
+        image = QImage(area.size().toSize(), QImage.Format.Format_ARGB32)
+        image.fill(QColor(theme.BACKGROUND))
         painter = QPainter(image)
         try:
-            self.render(painter)
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            self.scene().render(painter, QRectF(image.rect()), area)
         finally:
             painter.end()
-        self.resize(shown)
+        self.ci.setGeometry(shown)
         QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
         return image
 
@@ -210,7 +210,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         return out
 
     def save_png(self, path: str | Path) -> bool:
-        """A PNG of all four plots for a slide: laid out at least SLIDE_SIZE, drawn at twice the pixels."""
+        """A PNG of all four plots for a slide, laid out at SLIDE_SIZE at least."""
         path = Path(path)
         try:
             check_output(path, "the plots")
