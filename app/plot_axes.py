@@ -31,9 +31,9 @@ class ThinAxis(pg.AxisItem):
 
 
 def nice_above(x: float) -> float:
-    """The least of 1, 2, 5 times a power of ten that is at least `x` (> 0)."""
+    """The least of 1, 2, 2.5, 5 times a power of ten that is at least `x` (> 0)."""
     power = 10.0 ** math.floor(math.log10(x))
-    return next(power * m for m in (1, 2, 5, 10) if power * m >= x * (1 - 1e-9))
+    return next(power * m for m in (1, 2, 2.5, 5, 10) if power * m >= x * (1 - 1e-9))
 
 
 def thin_axes() -> dict[str, ThinAxis]:
