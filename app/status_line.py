@@ -14,6 +14,7 @@ from app.run_record import RunRecord
 from app.theme import METHOD_LABEL
 
 DEVICE_WIDTH = 180  # px: the whole line is in its tooltip
+FIGURE_SPACING = 6  # px the bar's layout puts beside each figure
 
 LIBRARY_PATH = re.compile(r" \(/[^()]*\)")  # " (/path/to/libopenblas.so.0)" in a device line
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
@@ -96,19 +97,25 @@ class MessageBar(QStatusBar):
             self.setToolTip("")
 
     def _fitted(self, message: str) -> str:
+        """`message` cut to the room the figures leave it (their texts' widths now: the layout is done later)."""
         widgets = [w for w in self.findChildren(QLabel) if w.isVisible() and w.parentWidget() is self]
-        edge = min((w.geometry().left() for w in widgets), default=self.width())
-        return self.fontMetrics().elidedText(message, Qt.ElideRight, max(edge - 16, 40))
+        room = self.width() - sum(w.sizeHint().width() + FIGURE_SPACING for w in widgets) - 28
+        return self.fontMetrics().elidedText(message, Qt.ElideRight, max(room, 40))
 
-    def resizeEvent(self, event) -> None:  # noqa: N802
-        super().resizeEvent(event)
+    def refit(self) -> None:
+        """Cut the message on show again: the bar or the figures beside it changed width."""
         if self.whole and super().currentMessage():
             left = 0 if self.until is None else max(int((self.until - time.monotonic()) * 1000), 1)
             super().showMessage(self._fitted(self.whole), left)
 
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.refit()
+
 
 class StatusLine:
     def __init__(self, bar: QStatusBar):
+        self.bar = bar
         self.labels: dict[str, QLabel] = {}
         for key in NAMES:
             label = ElidedLabel(f"{key}: –") if key == "device" else QLabel(f"{key}: –")
@@ -122,6 +129,12 @@ class StatusLine:
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
                   rounds_run: Optional[RunRecord]) -> None:
+        self._figures(runs, current, rounds_run)
+        if isinstance(self.bar, MessageBar):
+            self.bar.refit()  # the figures' new widths leave the message more room, or less
+
+    def _figures(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
+                 rounds_run: Optional[RunRecord]) -> None:
         labels = self.labels
         run = rounds_run or current
         if run is None:

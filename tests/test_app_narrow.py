@@ -46,3 +46,25 @@ def test_a_status_message_too_long_for_the_bar_ends_in_an_ellipsis_and_reads_who
     assert QStatusBar.currentMessage(bar) == bar.currentMessage() == bar.toolTip() == "saved"
     bar.clearMessage()
     assert bar.currentMessage() == bar.toolTip() == ""
+
+
+def test_a_finished_runs_message_fits_beside_its_figures(qtbot, make_window, monkeypatch, qwen3_tied_dirs):
+    """The figures grow when a run ends (tok/s of both runs): the message is cut again to the room they
+    leave, not painted under them ("…from the AR rur")."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QStatusBar
+
+    from conftest import PROMPTS
+    from test_app_common import choose, run_and_wait
+
+    fake_screen(monkeypatch, QRect(0, 0, 1024, 700))
+    w = make_window()
+    qtbot.waitExposed(w)
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=24, block_size=4, mode="both")
+    run_and_wait(qtbot, w)
+    bar = w.statusBar()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+    shown = QStatusBar.currentMessage(bar)
+    edge = min(label.geometry().left() for label in w.status_labels.values())
+    assert shown and bar.fontMetrics().horizontalAdvance(shown) <= edge
+    assert bar.currentMessage().startswith(shown.rstrip("…")) and bar.toolTip() == bar.currentMessage()
