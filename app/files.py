@@ -74,7 +74,7 @@ def export_chrome(run: RunRecord | Comparison, path: str | Path, inputs: Inputs 
 
 
 def export_rounds_csv(run: RunRecord | Comparison, path: str | Path, inputs: Inputs = ()) -> int:
-    """One row per round (a comparison's: its DFlash run's); id lists are space-separated."""
+    """One row per round (a comparison's: its DFlash run's); id lists are space-separated, times to 6 decimals."""
     if isinstance(run, Comparison):
         if run.dflash is None:
             raise DFlashError("this comparison has no DFlash run (Stop ended the AR run), so it has no rounds.")
@@ -86,7 +86,8 @@ def export_rounds_csv(run: RunRecord | Comparison, path: str | Path, inputs: Inp
         row = []
         for col in ROUND_COLUMNS:
             v = getattr(r, col)
-            row.append(" ".join(map(str, v)) if isinstance(v, list) else v)
+            # floats to the microsecond: a sum's binary noise read "36.757999999999996"
+            row.append(" ".join(map(str, v)) if isinstance(v, list) else round(v, 6) if isinstance(v, float) else v)
         w.writerow(row)
     write_checked(Path(path), buffer.getvalue(), "the rounds CSV", inputs)
     return len(run.rounds)

@@ -91,6 +91,7 @@ class PairInfo:
     has_thinking: bool
     token_table: list[str]
     vocab_size: int  # the target's logits: top-k ranges below it
+    context: Optional[int] = None  # the target's context (max_position_embeddings): max tokens ranges up to it
 
 
 @dataclass

@@ -34,8 +34,11 @@ def build_menus(window) -> None:
             lambda: _ask_save(window, "trace.chrome", "JSON (*.json)", window.export_chrome))
     _action(window, m, "Export rounds (CSV)…",
             lambda: _ask_save(window, "rounds", "CSV (*.csv)", window.export_rounds_csv))
-    _action(window, m, "Export race table (CSV)…",
-            lambda: _ask_save(window, "race", "CSV (*.csv)", lambda path: export_race_table(window, path)))
+    race = _action(window, m, "Export race table (CSV)…",
+                   lambda: _ask_save(window, "race", "CSV (*.csv)", lambda path: export_race_table(window, path)))
+    race.setEnabled(False)  # until a race has finished: the Save dialog before "nothing to export" wasted a step
+    window.race_view.race_kept.connect(race.setEnabled)
+    window.race_export_action = race
     _action(window, m, "Save plots (PNG)…", lambda: _ask_save(window, "plots", "PNG (*.png)", window.save_plots_png))
     m.addSeparator()
     _action(window, m, "Quit", window.close, ("Ctrl+Q",))

@@ -121,7 +121,8 @@ class ModelPicker(QWidget):
                 for i in range(self.combo.count()) if self.combo.itemData(i, VALUE_ROLE)}
 
     def _browse(self) -> None:
-        start = self.value() if self.value() and Path(self.value()).is_dir() else str(Path.home())
+        # beside the current model's folder (the others are its siblings), not inside it
+        start = str(Path(self.value()).parent) if self.value() and Path(self.value()).is_dir() else str(Path.home())
         folder = QFileDialog.getExistingDirectory(self, f"Choose the {self.role} folder", start)
         if folder:
             self.set_value(folder)

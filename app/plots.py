@@ -9,10 +9,13 @@ from typing import Optional
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QCoreApplication, QEvent, QRectF, QSize
+from PySide6.QtGui import QColor, QImage, QPainter
 
 from engine.errors import DFlashError
 from engine.safe_write import atomic_path, check_output
 from app import theme
+from app.plot_axes import thin_axes
 from app.run_record import RunRecord
 
 
@@ -21,6 +24,7 @@ def _edges(n: int) -> np.ndarray:
     return np.arange(n + 1, dtype=float) - 0.5
 
 
+SLIDE_SIZE = QSize(1600, 900)  # pixels the saved plots are laid out in, at least (a 16:9 slide)
 TITLE = {"size": "9pt", "color": theme.FOREGROUND}  # plot titles, here and in the Why tab
 
 
@@ -36,6 +40,12 @@ def empty_bars(colour: str, alpha: int) -> pg.BarGraphItem:
                            brush=translucent_brush(colour, alpha), pen=pg.mkPen(None))
 
 
+def _reset_range(plot: pg.PlotItem) -> None:
+    """An empty plot's axes at 0..1, then following the next data again."""
+    plot.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+    plot.enableAutoRange()
+
+
 class PlotsPanel(pg.GraphicsLayoutWidget):
     """Four plots in a grid; `update_runs` redraws from the records (cheap: arrays of a few thousand)."""
 
@@ -45,7 +55,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.ci.setSpacing(6)
 
         # Legends sit in rows of their own above their plots, never over the data.
-        self.p_tps = self.addPlot(row=1, col=0)
+        self.p_tps = self.addPlot(row=1, col=0, axisItems=thin_axes())
         self.p_tps.setTitle("Throughput (tok/s)", **TITLE)
         self.p_tps.setLabel("bottom", "time since first token", units="s")
         # One curve per run label: DFlash and AR always, a race's other methods while they are shown.
@@ -54,21 +64,21 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._tps_curve(label)
         self.tps_legend = self._legend_above(self.p_tps, row=0, col=0)
 
-        self.p_acc = self.addPlot(row=1, col=1)
+        self.p_acc = self.addPlot(row=1, col=1, axisItems=thin_axes())
         self.p_acc.setTitle("Acceptance length per round (tokens)", **TITLE)
         self.p_acc.setLabel("bottom", "round")
         self.acc_curve = self.p_acc.plot(stepMode="center", fillLevel=0,
                                          brush=translucent_brush(theme.PLOT_DFLASH, 120),
                                          pen=pg.mkPen(theme.PLOT_DFLASH, width=1))
 
-        self.p_pos = self.addPlot(row=3, col=0)
+        self.p_pos = self.addPlot(row=3, col=0, axisItems=thin_axes())
         self.p_pos.setTitle("Acceptance rate by block position", **TITLE)
         self.p_pos.setLabel("bottom", "draft position in block")
         self.p_pos.setYRange(0, 1.05)
         self.pos_bars = empty_bars(theme.PLOT_DFLASH, 200)
         self.p_pos.addItem(self.pos_bars)
 
-        self.p_time = self.addPlot(row=3, col=1)
+        self.p_time = self.addPlot(row=3, col=1, axisItems=thin_axes())
         self.p_time.setTitle("Round time (ms), stacked", **TITLE)
         self.p_time.setLabel("bottom", "round")
         # Drawn back to front: the total (rollback on top), then draft + verify, then draft.
@@ -100,10 +110,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             colour = theme.PLOT_METHOD.get(label, theme.FOREGROUND)
             curve = self.tps_curves[label] = self.p_tps.plot(name=theme.METHOD_LABEL.get(label, label),
                                                              pen=pg.mkPen(colour, width=2))
-            legend = getattr(self, "tps_legend", None)
-            if legend is not None:
-                legend.addItem(curve, curve.name())
-                legend.setColumnCount(min(len(self.tps_curves), 3))  # a race's six names in two rows
+            # listed by _legend_lists, once it is a run's (a race's six names in two rows)
         return curve
 
     def clear_plots(self) -> None:
@@ -111,13 +118,35 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             curve = self.tps_curves.pop(label)
             self.tps_legend.removeItem(curve)
             self.p_tps.removeItem(curve)
-        self.tps_legend.setColumnCount(len(self.tps_curves))
         for c in self.tps_curves.values():
             c.setData([], [])
+        self._legend_lists({})
+        _reset_range(self.p_tps)
+        self._clear_round_plots()
+
+    def _clear_round_plots(self) -> None:
+        """No rounds on show (an AR run, a stopped one): empty, and at ranges of their own, not the last run's."""
         self.acc_curve.setData(_edges(0), np.zeros(0))
         self.pos_bars.setOpts(x=np.zeros(0), height=np.zeros(0))
         for c in self.time_curves.values():
             c.setData(_edges(0), np.zeros(0))
+        for plot in (self.p_acc, self.p_time):
+            _reset_range(plot)
+        self.p_pos.setXRange(0, 1, padding=0)
+        self.p_pos.enableAutoRange(axis="x")
+
+    def _legend_lists(self, runs: dict[str, RunRecord]) -> None:
+        """The throughput legend names the runs on show (no AR after a DFlash-only run), or both labels
+        before any run, as the key to what a run draws."""
+        shown = [label for label in self.tps_curves if label in runs] or list(self.tps_curves)
+        listed = [label.text for _sample, label in self.tps_legend.items]
+        names = [self.tps_curves[label].name() for label in shown]
+        if listed == names:
+            return
+        self.tps_legend.clear()
+        for label in shown:
+            self.tps_legend.addItem(self.tps_curves[label], self.tps_curves[label].name())
+        self.tps_legend.setColumnCount(min(len(shown), 3))
 
     def update_runs(self, runs: dict[str, RunRecord], rounds_run: Optional[RunRecord]) -> None:
         """Throughput for every run (by label: mode, or a race's method); the round plots from `rounds_run`."""
@@ -129,11 +158,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                 curve.setData([], [])
             else:
                 curve.setData(np.asarray(run.tps_t, dtype=float), np.asarray(run.tps_v, dtype=float))
+        self._legend_lists(runs)
+        if not runs:
+            _reset_range(self.p_tps)
         if rounds_run is None:
-            self.acc_curve.setData(_edges(0), np.zeros(0))
-            self.pos_bars.setOpts(x=np.zeros(0), height=np.zeros(0))
-            for c in self.time_curves.values():
-                c.setData(_edges(0), np.zeros(0))
+            self._clear_round_plots()
             return
         acc = np.asarray(rounds_run.acc_len, dtype=float)
         self.acc_curve.setData(_edges(len(acc)), acc)
@@ -146,6 +175,26 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.time_curves["draft"].setData(edges, draft)
         self.time_curves["verify"].setData(edges, verify)
         self.time_curves["rollback"].setData(edges, total)
+
+    def slide_image(self) -> QImage:
+        """The plots' grid laid out at SLIDE_SIZE at least and drawn there (then put back to the window's
+        size): a 776x352 grab of a laptop's tab was too crowded and small to show, and a tab not on show
+        keeps a stale size."""
+        shown = self.ci.geometry()
+        area = QRectF(0, 0, max(shown.width(), SLIDE_SIZE.width()), max(shown.height(), SLIDE_SIZE.height()))
+        self.ci.setGeometry(area)
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)  # pyqtgraph lays the grid out again
+        image = QImage(area.size().toSize(), QImage.Format.Format_ARGB32)
+        image.fill(QColor(theme.BACKGROUND))
+        painter = QPainter(image)
+        try:
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            self.scene().render(painter, QRectF(image.rect()), area)
+        finally:
+            painter.end()
+        self.ci.setGeometry(shown)
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        return image
 
     def series(self) -> dict[str, np.ndarray]:
         """What each plot holds now (y values; bars as heights)."""
@@ -161,7 +210,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         return out
 
     def save_png(self, path: str | Path) -> bool:
-        """A PNG of all four plots as shown."""
+        """A PNG of all four plots for a slide, laid out at SLIDE_SIZE at least."""
         path = Path(path)
         try:
             check_output(path, "the plots")
@@ -170,7 +219,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(path, ".png") as tmp:
-                if not self.grab().save(str(tmp), "PNG"):
+                if not self.slide_image().save(str(tmp), "PNG"):
                     raise OSError("Qt could not save it")
         except OSError:
             return False

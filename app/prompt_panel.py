@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
-    QCheckBox, QButtonGroup, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
-    QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox, QButtonGroup, QComboBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
+    QPlainTextEdit, QPushButton, QRadioButton, QVBoxLayout, QWidget,
 )
 
 from engine.decode.prompts import PROMPT_FORMATS
@@ -16,11 +16,13 @@ from engine.decode.settings import (
     DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT,
     GenerationSettings, SamplingSettings,
 )
+from app.number_boxes import ClampedDoubleSpinBox, ClampedSpinBox
 from app.settings import AppSettings
 from engine.json_text import is_int, is_number
 
 FORMATS = (("auto", "Auto (chat template if any)"), ("chat", "Chat template"), ("raw", "Raw text"))
 THINKING = (("default", "Default"), ("on", "On"), ("off", "Off"))
+BOX_MIN_WIDTH = 72  # px: a spin box's least width (typical values show whole; its tooltip says the range)
 MODE_CHOICES = (("dflash", "DFlash"), ("ar", "AR"), ("both", "Both (parity)"))
 
 
@@ -35,6 +37,8 @@ class PromptEditor(QPlainTextEdit):
 
 
 class PromptPanel(QGroupBox):
+    notice = Signal(str)  # a typed number clamped to its box's range, saying from what
+
     def __init__(self, parent=None):
         super().__init__("Prompt", parent)
         self.editor = PromptEditor()
@@ -54,14 +58,14 @@ class PromptPanel(QGroupBox):
         self.thinking.setEnabled(False)
         self.thinking.setToolTip("Only for chat templates with a thinking mode (load the pair to find out)")
 
-        self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=MAX_TEMPERATURE, singleStep=0.1)
+        self.temperature = ClampedDoubleSpinBox("temperature", decimals=2, minimum=0.0, maximum=MAX_TEMPERATURE, singleStep=0.1)
         self.temperature.setToolTip("0 is greedy: DFlash must then equal AR token for token")
-        self.top_p = QDoubleSpinBox(decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=1.0)
-        self.top_k = QSpinBox(minimum=0, maximum=1_000_000)
+        self.top_p = ClampedDoubleSpinBox("top-p", decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=1.0)
+        self.top_k = ClampedSpinBox("top-k", minimum=0, maximum=1_000_000)
         self.top_k.setSpecialValueText("off")
-        self.seed = QSpinBox(minimum=0, maximum=2_147_483_647)
-        self.max_tokens = QSpinBox(minimum=1, maximum=MAX_TOKENS_LIMIT, value=DEFAULTS.max_tokens)
-        self.block_size = QSpinBox(minimum=0, maximum=MAX_BLOCK)
+        self.seed = ClampedSpinBox("seed", minimum=0, maximum=2_147_483_647)
+        self.max_tokens = ClampedSpinBox("max tokens", minimum=1, maximum=MAX_TOKENS_LIMIT, value=DEFAULTS.max_tokens)
+        self.block_size = ClampedSpinBox("block size", minimum=0, maximum=MAX_BLOCK)
         self.block_size.setSpecialValueText("drafter's")
         self.block_auto = QCheckBox("auto verify length")
         self.block_auto.setToolTip("Each round the target verifies only as many drafts as pay off on this machine "
@@ -74,7 +78,7 @@ class PromptPanel(QGroupBox):
                                "Lossless: verified like any draft (at temperature 0 a copied token is kept "
                                "only where it is the target's own choice).")
 
-        self.draft_window = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
+        self.draft_window = ClampedSpinBox("draft window", minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
         self.draft_window.setSpecialValueText("whole context")
         self.draft_window.setToolTip("The drafter sees only the last N positions of the context (its full-attention "
                                      "layers; sliding ones keep their trained window). A drafter trained on short "
@@ -82,10 +86,16 @@ class PromptPanel(QGroupBox):
                                      "length. Lossless whatever it is. With auto verify length, the first run "
                                      "at a new window or sink measures the drafter's cost there (seconds; kept "
                                      "for the next runs).")
-        self.draft_sink = QSpinBox(minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_sink)
+        self.draft_sink = ClampedSpinBox("draft sink", minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_sink)
         self.draft_sink.setToolTip("...and the first N positions of the context, beside the window (a new value "
                                    "is measured once, as the window is)")
         self.draft_window.valueChanged.connect(lambda w: self.draft_sink.setEnabled(w > 0))
+        for box in (self.temperature, self.top_p, self.top_k, self.seed, self.max_tokens, self.block_size,
+                    self.draft_window, self.draft_sink):
+            box.clamped.connect(self.notice)
+            # not as wide as the largest value each takes (a seed's 10 digits): the column narrows on a
+            # 1024-pixel screen, where the centre had ~550 px and the rounds header read "ock: anchor"
+            box.setMinimumWidth(BOX_MIN_WIDTH)
 
         self.mode_group = QButtonGroup(self)
         self.mode_buttons: dict[str, QRadioButton] = {}
@@ -193,14 +203,19 @@ class PromptPanel(QGroupBox):
 
     def set_vocab_size(self, vocab_size: int) -> Optional[str]:
         """Top-k ranges over the loaded target's vocabulary; a notice when that cut its value, else None."""
-        before = self.top_k.value()
-        self.top_k.setMaximum(max(vocab_size - 1, 1))
         self.top_k.setToolTip(f"Sample among the k likeliest tokens, 1..{vocab_size - 1:,} (this target's "
                               "vocabulary); off keeps them all")
-        if self.top_k.value() == before:
-            return None
-        return (f"top-k {before:,} is more than this target's {vocab_size:,} tokens allow: "
-                f"set to {self.top_k.value():,}.")
+        return self.top_k.set_bound(max(vocab_size - 1, 1), f"this target's {vocab_size:,} tokens allow")
+
+    def set_context(self, context: Optional[int]) -> Optional[str]:
+        """Max tokens ranges up to the loaded target's context (the prompt takes its share at Run); a
+        notice when that cut its value, else None."""
+        if context is None:
+            return self.max_tokens.set_bound(MAX_TOKENS_LIMIT, None)
+        self.max_tokens.setToolTip(f"At most {context:,} tokens: this target's context, which the prompt "
+                                   "shares (Run says how many are left after it)")
+        return self.max_tokens.set_bound(min(context, MAX_TOKENS_LIMIT), f"this target's {context:,}-token "
+                                          "context allows")
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)

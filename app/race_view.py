@@ -71,6 +71,7 @@ class RaceView(QWidget):
     race_requested = Signal()
     stop_requested = Signal()
     method_selected = Signal(str)
+    race_kept = Signal(bool)  # True when a race's table is complete (its export has something to write)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -197,6 +198,7 @@ class RaceView(QWidget):
         self.table.setRowCount(0)
         self._quiet = False
         self.rows, self.results, self.done = [], {}, None
+        self.race_kept.emit(False)
 
     def start(self, methods: list[str]) -> None:
         """A row per method, waiting, before anything runs."""
@@ -241,6 +243,7 @@ class RaceView(QWidget):
         for row, method in enumerate(self.rows):
             if method not in self.results:
                 self._set_row(row, [None, "", "", "", "", "not run"])
+        self.race_kept.emit(bool(self.rows))
 
     def cell(self, method: str, column: str) -> str:
         """The text of a method's cell (`column` one of COLUMNS)."""

@@ -363,6 +363,11 @@ class RoundsView(QTableView):
         if self.rounds_model.refresh() and at_bottom:
             self.scrollToBottom()
 
+    def show_start(self) -> None:
+        """With no round picked, round 0 in view: the one the Selector describes (a run ended scrolled down)."""
+        if not self.currentIndex().isValid():
+            self.scrollToTop()
+
     def select_round(self, index: int) -> None:
         """Select a row without echoing `round_selected` (the output asked for it)."""
         if not 0 <= index < self.rounds_model.rowCount():
@@ -373,6 +378,11 @@ class RoundsView(QTableView):
             self.scrollTo(self.rounds_model.index(index, 0), QAbstractItemView.ScrollHint.PositionAtCenter)
         finally:
             self._quiet = False
+
+    def focusInEvent(self, event) -> None:  # noqa: N802 (Qt makes the first row current: no user's pick)
+        self._quiet = True
+        super().focusInEvent(event)
+        self._quiet = False
 
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if not self._quiet and current.isValid():

@@ -30,8 +30,9 @@ from app.files import Comparison
 from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.worker import WorkerHost
-from app.run_messages import calibration_left_s, done_message, prefill_message
-from engine.json_text import is_int
+from app.run_messages import (
+    advice_note, calibration_left_s, calibration_message, count_setting, done_message, prefill_message,
+)
 
 FIRST_REFRESH_MS = 50  # after Run: soon enough to show the first tokens
 REFRESH_MIN_S = 0.1  # views refresh at most this often...
@@ -58,11 +59,13 @@ class RunController(QObject):
         self.rounds_run: Optional[RunRecord] = None  # shown in Rounds and the round plots
         self.parity: Optional[ParityDone] = None
         self.race: Optional[RaceDone] = None
+        self.race_runs: dict[str, RunRecord] = {}  # the last race's runs, kept past other runs for its table
         self.race_pinned: Optional[str] = None  # the race method the user chose to watch (else the running one)
         self.replaying: Optional[Path] = None
         self.job_mode: Optional[str] = None  # mode of the last run submitted
         self.active: Optional[tuple[int, Any]] = None  # (job id, job) of the job the user is waiting on
         self._starting_mode: Optional[str] = None  # a run submitted whose first event has not come yet
+        self._output_waits: Optional[RunRecord] = None  # started, shown in Output once it writes
         # (steps done before, when) at this run's first step of the cost curve's measurement
         self._calibration_start: Optional[tuple[int, float]] = None
         self._throttle = Throttle(REFRESH_MIN_S, REFRESH_BUDGET, REFRESH_MAX_S)
@@ -82,7 +85,6 @@ class RunController(QObject):
         job_id = self.host.submit(job)
         self.active = (job_id, job)
         self._throttle.reset()  # what the GUI did between jobs (clicks, the last run's plots) is not this job's
-        self.w.statusBar().setToolTip("")  # the last run's line, until this one's
         if self.loaded is not None:  # an opened trace showed the device it was made on
             self.w.status_line.show_device(self.loaded.device)
         self.w.prompt.set_running(True)
@@ -127,12 +129,16 @@ class RunController(QObject):
                       load=load, cancel=cancel)
         self.clear_runs()
         self.job_mode = "race"
+        self.race_runs = self.runs
         self.w.race_view.start(methods)
         self.w.statusBar().showMessage("racing: " + ", ".join(methods) + "…")
         self._submit(job)
 
     def show_method(self, method: str) -> None:
         """A race method's run in the output, rounds, plots and status (the user picked its row)."""
+        if self.job_mode != "race" and method in self.race_runs and not self.busy:  # the last race, again
+            self.clear_runs()
+            self.job_mode, self.runs = "race", self.race_runs
         run = self.runs.get(method)
         if run is None or (self.race_pinned == method and self.current_run is run):
             return
@@ -160,8 +166,8 @@ class RunController(QObject):
         self.w.statusBar().showMessage("advising: measuring the cost curve (cached after the first time)…")
         settings = run.start.settings
         self._submit(AdviseJob([to_dict(r) for r in run.rounds], run.summary.decode_s, ar_tok_s,
-                               settings.get("block_size"), _count(settings.get("draft_window")),
-                               _count(settings.get("draft_sink")), settings.get("sampling")))
+                               settings.get("block_size"), count_setting(settings.get("draft_window")),
+                               count_setting(settings.get("draft_sink")), settings.get("sampling")))
 
     def stop(self) -> None:
         """Cancel the job in progress: a run stops within one round, a load between stages."""
@@ -170,6 +176,7 @@ class RunController(QObject):
             self.w.statusBar().showMessage("stopping…")
 
     def clear_runs(self) -> None:
+        self._output_waits = None
         self.runs = {}
         self.current_run = None
         self.rounds_run = None
@@ -180,8 +187,7 @@ class RunController(QObject):
         self.w.clear_run_views()
 
     def show_replay(self, opened: RunRecord | Comparison, path: Path) -> None:
-        """A run read from a trace, shown like a finished one; a parity check's two runs and its verdict
-        as a finished Both run."""
+        """A trace's run shown like a finished one; a parity check's two runs and verdict as a Both run."""
         self.clear_runs()
         self.replaying = path
         if isinstance(opened, Comparison):
@@ -202,7 +208,6 @@ class RunController(QObject):
         self.w.selector_view.update_run(self.rounds_run)
         if isinstance(opened, Comparison):
             self.w.show_parity(opened.parity, opened.ar, opened.dflash)
-        self.w.statusBar().setToolTip("")  # the last live run's line
         self.w.update_status()
 
     def shown(self) -> Optional[RunRecord | Comparison]:
@@ -255,12 +260,7 @@ class RunController(QObject):
             run = self.rounds_run
             block = run.start.settings.get("block_size") if run is not None else None
             replayed = self.replaying is not None and self.loaded is not None
-            note = (f" The cost curve is the loaded pair's ({self.loaded.target}) on this machine."
-                    if replayed else "")
-            copies = msg.advice["copies"] if msg.advice else 0
-            if copies:  # the advice is the drafter's: the advisor left the copies out
-                note += (f" The {copies} rounds that verified a copy of the context are left out: this is what "
-                         "the drafter's blocks alone would give.")
+            note = advice_note(msg.advice, self.loaded.target if replayed else None)
             w.why_view.show_advice(msg.curve, msg.advice, block, note)
             w.statusBar().showMessage("advice ready (Why tab)")
         elif isinstance(msg, ParityDone):
@@ -287,17 +287,22 @@ class RunController(QObject):
                 self._calibration_start = (msg.event.done - 1, time.monotonic())
             before, since = self._calibration_start
             left = calibration_left_s(msg.event.done - before, msg.event.total - before, time.monotonic() - since)
-            self.w.statusBar().showMessage(f"auto verify length: measuring the cost curve (once per pair, block and "
-                                           f"draft window) {msg.event.done}/{msg.event.total}"
-                                           + (f", about {left:.0f} s left" if left is not None else "") + ", Esc stops")
+            self.w.progress.show_progress(calibration_message(self.runs.get(msg.label)), msg.event.done,
+                                          msg.event.total, left)
+            self.w.statusBar().showMessage(f"{msg.label}: measuring the cost curve (progress above the tabs)")
             return
+        self.w.progress.finish()
         if isinstance(msg.event, StartEvent):
             table = self.loaded.token_table if self.loaded else None
             run = RunRecord(msg.event, msg.header, table)
             self.runs[msg.label] = run
             if self.race_pinned is None:  # follow the run in progress unless the user picked a race method
                 self.current_run = run
-                self.w.output.set_run(run)
+                if self.job_mode == "both" and "ar" in self.runs:  # AR's text stays up, whole, until DFlash's
+                    self._output_waits = run  # comes (its first run measures the cost curve first: ~20 s)
+                    self.w.output.refresh()  # the last refresh was throttled: AR's last tokens may be unshown
+                else:
+                    self.w.output.set_run(run)
                 if msg.label == "dflash" or (self.job_mode == "race" and msg.label != "ar"):
                     self.rounds_run = run
                     self.w.rounds.set_run(run)
@@ -307,6 +312,9 @@ class RunController(QObject):
             run = self.runs.get(msg.label)
             if run is not None:
                 run.add(msg.event)
+                if run is self._output_waits:
+                    self._output_waits = None
+                    self.w.output.set_run(run)
         self._dirty = True
 
     def _refresh_views(self, final: bool = False) -> None:
@@ -328,6 +336,7 @@ class RunController(QObject):
             self._dirty = False
         if final:
             self._dirty = False
+            w.rounds.show_start()
             if self.parity is not None and "ar" in self.runs:  # no "dflash" when Stop ended AR's run
                 w.show_parity(self.parity, self.runs["ar"], self.runs.get("dflash"))
 
@@ -335,6 +344,7 @@ class RunController(QObject):
         w = self.w
         if self.active is not None and self.active[0] == msg.job_id:
             self.active = None
+        w.progress.finish()
         w.prompt.set_running(False)
         w.race_view.set_running(False)
         w.models.set_loading(False)
@@ -349,7 +359,6 @@ class RunController(QObject):
             elif run is not None and run.summary is not None:
                 message = done_message(run.summary, after_ar=self.job_mode == "both" and run.mode == "dflash")
                 w.statusBar().showMessage(message)
-                w.statusBar().setToolTip(message)  # the whole line, where a narrow window cuts it
             elif msg.cancelled:
                 w.statusBar().showMessage("stopped")
             self.job_finished.emit(msg.kind)
@@ -389,8 +398,3 @@ class RunController(QObject):
         stopped = self.host.shutdown()
         self.host.take()
         return stopped
-
-
-def _count(value) -> int:
-    """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
-    return value if is_int(value) and value >= 0 else 0

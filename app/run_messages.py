@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from engine.decode.events import PrefillEvent, SummaryEvent
+from engine.json_text import is_int
 
 
 def done_message(s: SummaryEvent, after_ar: bool = False) -> str:
@@ -32,7 +33,33 @@ def calibration_left_s(done: int, total: int, elapsed_s: float) -> Optional[floa
     return elapsed_s / (done - 1) * (total - done)
 
 
+def calibration_message(run) -> str:
+    """What the strip above the tabs says while the cost curve is measured for `run` (its RunRecord)."""
+    settings = run.start.settings if run is not None else {}
+    block, window = settings.get("block_size"), settings.get("draft_window")
+    at = ", ".join(part for part in (f"block {block}" if block else "", f"draft window {window}" if window else "")
+                   if part)
+    return ("Auto verify length: measuring this machine's cost curve" + (f" ({at})" if at else "")
+            + ", once per pair and setting; later runs read it from the cache")
+
+
 def prefill_message(label: str, event: PrefillEvent) -> str:
     """The status line while the prompt runs through the target."""
     reused = f" ({event.reused:,} reused)" if event.reused else ""
     return f"{label}: prompt {event.done:,} / {event.total:,} tokens{reused}"
+
+
+def advice_note(advice: Optional[dict], replayed_on: Optional[str]) -> str:
+    """What the Why tab adds to the advice: whose cost curve it read (`replayed_on`: the loaded target,
+    for a trace's rounds), and the copies the advisor left out."""
+    note = f" The cost curve is the loaded pair's ({replayed_on}) on this machine." if replayed_on else ""
+    copies = advice["copies"] if advice else 0
+    if copies:  # the advice is the drafter's: the advisor left the copies out
+        note += (f" The {copies} rounds that verified a copy of the context are left out: this is what "
+                 "the drafter's blocks alone would give.")
+    return note
+
+
+def count_setting(value) -> int:
+    """A trace's window or sink setting (absent in older traces, anything in a hand-edited one)."""
+    return value if is_int(value) and value >= 0 else 0

@@ -56,6 +56,7 @@ KEY = ("<span style='background:%s; color:#fff'>&nbsp;drafted, accepted&nbsp;</s
        % (theme.CHIP_ACCEPTED, theme.CHIP_REJECTED, theme.CHIP_REJECTED_TEXT, theme.CHIP_REJECTED,
           theme.CHIP_CORRECTION))
 
+TABLE_ROWS = 4  # the candidates' table shows at least this many rows
 SELECTOR_PLOTS_HEIGHT = 170  # the rank and rescoring plots, readable (the page scrolls below it)
 
 
@@ -155,11 +156,12 @@ class SelectorView(QWidget):
                                   brush=translucent_brush(colour, 220), pen=pg.mkPen(None))
             self.p_rescore.addItem(bar)
             self.rescore_bars[key] = bar
-        self.legend = pg.LegendItem(colCount=3, labelTextSize="8pt", labelTextColor=theme.FOREGROUND)
+        # two columns: three ran past a 1024-pixel window's edge ("rejecte")
+        self.legend = pg.LegendItem(colCount=2, labelTextSize="8pt", labelTextColor=theme.FOREGROUND)
         for key, bar in self.rescore_bars.items():
             self.legend.addItem(bar, key)
         self.plots.addItem(self.legend, row=0, col=1)
-        self.plots.ci.layout.setRowMaximumHeight(0, 28)  # the legend's row; the plots take the rest
+        self.plots.ci.layout.setRowMaximumHeight(0, 44)  # the legend's rows; the plots take the rest
         self.plots.ci.layout.setColumnStretchFactor(0, 3)
         self.plots.ci.layout.setColumnStretchFactor(1, 2)
         self.p_rank.getAxis("left").setTicks([[(0, "0"), (0.5, ".5"), (1, "1")]])  # few ticks fit a short plot
@@ -193,6 +195,8 @@ class SelectorView(QWidget):
         self.font.setPointSizeF(8.5)
         self.table.setFont(self.font)
         self.table.verticalHeader().setDefaultSectionSize(QFontMetrics(self.font).height() + 6)
+        # a few candidates' rows at least (a short page showed one): the page scrolls instead
+        self.table.setMinimumHeight(TABLE_ROWS * (QFontMetrics(self.font).height() + 6) + 30)
         part = QWidget()
         lay = QVBoxLayout(part)
         lay.setContentsMargins(0, 0, 0, 0)

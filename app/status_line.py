@@ -4,6 +4,7 @@ method in a race), tau, rounds, tokens, device and peak memory."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Optional
 
 from PySide6.QtCore import QSize, Qt
@@ -13,6 +14,7 @@ from app.run_record import RunRecord
 from app.theme import METHOD_LABEL
 
 DEVICE_WIDTH = 180  # px: the whole line is in its tooltip
+FIGURE_SPACING = 6  # px the bar's layout puts beside each figure
 
 LIBRARY_PATH = re.compile(r" \(/[^()]*\)")  # " (/path/to/libopenblas.so.0)" in a device line
 NAMES = {"tok/s": "tok/s", "tau": "τ", "rounds": "rounds", "tokens": "tokens", "device": "device", "peak": "peak"}
@@ -70,8 +72,50 @@ class ElidedLabel(QLabel):
         self.setText(self.fontMetrics().elidedText(self.line, Qt.ElideRight, max(self.contentsRect().width() - 4, 0)))
 
 
+class MessageBar(QStatusBar):
+    """A status bar whose message, where the figures beside it leave too little room, ends in "…" and
+    reads whole in the tooltip (it was cut mid-word at 1280x800: "…18/27, abou", "from the AR ru")."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.whole = ""
+        self.until: Optional[float] = None  # when a message shown for a while goes (time.monotonic())
+        self.messageChanged.connect(self._changed)
+
+    def showMessage(self, message: str, timeout: int = 0) -> None:  # noqa: N802 (Qt API)
+        self.whole = message
+        self.until = time.monotonic() + timeout / 1000 if timeout else None
+        self.setToolTip(message)
+        super().showMessage(self._fitted(message), timeout)
+
+    def currentMessage(self) -> str:  # noqa: N802
+        return self.whole if super().currentMessage() else ""
+
+    def _changed(self, shown: str) -> None:
+        if not shown:  # its time ran out, or cleared
+            self.whole = ""
+            self.setToolTip("")
+
+    def _fitted(self, message: str) -> str:
+        """`message` cut to the room the figures leave it (their texts' widths now: the layout is done later)."""
+        widgets = [w for w in self.findChildren(QLabel) if w.isVisible() and w.parentWidget() is self]
+        room = self.width() - sum(w.sizeHint().width() + FIGURE_SPACING for w in widgets) - 28
+        return self.fontMetrics().elidedText(message, Qt.ElideRight, max(room, 40))
+
+    def refit(self) -> None:
+        """Cut the message on show again: the bar or the figures beside it changed width."""
+        if self.whole and super().currentMessage():
+            left = 0 if self.until is None else max(int((self.until - time.monotonic()) * 1000), 1)
+            super().showMessage(self._fitted(self.whole), left)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.refit()
+
+
 class StatusLine:
     def __init__(self, bar: QStatusBar):
+        self.bar = bar
         self.labels: dict[str, QLabel] = {}
         for key in NAMES:
             label = ElidedLabel(f"{key}: –") if key == "device" else QLabel(f"{key}: –")
@@ -85,6 +129,12 @@ class StatusLine:
 
     def show_runs(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
                   rounds_run: Optional[RunRecord]) -> None:
+        self._figures(runs, current, rounds_run)
+        if isinstance(self.bar, MessageBar):
+            self.bar.refit()  # the figures' new widths leave the message more room, or less
+
+    def _figures(self, runs: dict[str, RunRecord], current: Optional[RunRecord],
+                 rounds_run: Optional[RunRecord]) -> None:
         labels = self.labels
         run = rounds_run or current
         if run is None:

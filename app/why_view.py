@@ -23,6 +23,7 @@ from engine.decode.depth_stats import DepthStats, round_times, step_times
 from engine.decode.events import TextEvent
 from app import theme
 from app.layout_fit import PLOTS_SLACK, plots_min_width, readable, scrolled
+from app.plot_axes import thin_axes
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
 
@@ -54,17 +55,17 @@ class WhyView(QWidget):
         row.addWidget(self.summary, 1)
 
         self.plots = pg.GraphicsLayoutWidget()
-        self.p_cal = self.plots.addPlot(row=0, col=0)
-        self.p_cal.setTitle("Accepted vs drafter confidence", **TITLE)
-        self.p_cal.setLabel("bottom", "drafter's probability of its draft")
+        self.p_cal = self.plots.addPlot(row=0, col=0, axisItems=thin_axes())
+        self.p_cal.setTitle("Accepted vs confidence", **TITLE)
+        self.p_cal.setLabel("bottom", "drafter's probability")
         self.p_cal.setLabel("left", "accepted")
         self.p_cal.setRange(xRange=(0, 1), yRange=(0, 1.05))
         self.p_cal.plot([0, 1], [0, 1], pen=pg.mkPen(theme.FOREGROUND, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         self.cal_curve = self.p_cal.plot(pen=pg.mkPen(theme.PLOT_DFLASH, width=2), symbol="o", symbolSize=6,
                                          symbolBrush=theme.PLOT_DFLASH)
 
-        self.p_adv = self.plots.addPlot(row=0, col=1)
-        self.p_adv.setTitle("Predicted speedup by block size", **TITLE)
+        self.p_adv = self.plots.addPlot(row=0, col=1, axisItems=thin_axes())
+        self.p_adv.setTitle("Speedup by block size", **TITLE)
         self.p_adv.setLabel("bottom", "block size")
         self.adv_bars = empty_bars(theme.PLOT_DFLASH, 170)
         self.adv_current = empty_bars(theme.PLOT_VERIFY, 230)
@@ -76,7 +77,7 @@ class WhyView(QWidget):
         self.p_adv.addItem(self.adv_auto)
         self.adv_auto.hide()
 
-        self.p_cost = self.plots.addPlot(row=0, col=2)
+        self.p_cost = self.plots.addPlot(row=0, col=2, axisItems=thin_axes())
         self.p_cost.setTitle("Cost curve (ms)", **TITLE)
         self.p_cost.setLabel("bottom", "verified positions")
         self.cost_verify = self.p_cost.plot(pen=pg.mkPen(theme.PLOT_VERIFY, width=2), symbol="o", symbolSize=5,
@@ -85,15 +86,15 @@ class WhyView(QWidget):
         self.p_cost.addItem(self.cost_ar)
         self.cost_ar.hide()
 
-        self.p_depth_acc = self.plots.addPlot(row=1, col=0)
-        self.p_depth_acc.setTitle("Acceptance length by context depth", **TITLE)
+        self.p_depth_acc = self.plots.addPlot(row=1, col=0, axisItems=thin_axes())
+        self.p_depth_acc.setTitle("Acceptance length by depth", **TITLE)
         self.p_depth_acc.setLabel("bottom", "context depth (tokens)")
         self.depth_acc_dots = self.p_depth_acc.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                                                     symbolBrush=translucent_brush(theme.PLOT_DFLASH, 110))
         self.depth_acc_mean = self.p_depth_acc.plot(**mean_style(theme.PLOT_DFLASH))
 
-        self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2)
-        self.p_depth_cost.setTitle("Cost by context depth (ms)", **TITLE)
+        self.p_depth_cost = self.plots.addPlot(row=1, col=1, colspan=2, axisItems=thin_axes())
+        self.p_depth_cost.setTitle("Cost by depth (ms)", **TITLE)
         self.p_depth_cost.setLabel("bottom", "context depth (tokens)")
         # Which colour is which (a QA pass asked): one row along the top on a translucent ground, so
         # it hides few points (stacked, it covered the plot's upper left)

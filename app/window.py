@@ -28,15 +28,17 @@ from app.models_panel import ModelsPanel
 from app.output_view import OutputView, token_legend
 from app.parity_view import ParityView, parity_mark
 from app.plots import PlotsPanel
+from app.progress_strip import ProgressStrip
 from app.prompt_panel import PromptPanel
 from app.race_view import RaceView
+from app.round_links import RoundLinks
 from app.rounds_view import RoundsView, source_legend
 from app.selector_view import SelectorView
 from app.model_lists import ModelLists
 from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
-from app.status_line import StatusLine, trace_device
+from app.status_line import MessageBar, StatusLine, trace_device
 from app.why_view import WhyView
 
 log = logging.getLogger("app.window")
@@ -105,6 +107,8 @@ class MainWindow(QMainWindow):
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
+        self.progress = ProgressStrip()
+        tl.addWidget(self.progress)
         tl.addWidget(self.center_tabs, 1)
         tl.addWidget(self.legend)
         self.rounds, self.rounds_legend = RoundsView(), source_legend()
@@ -127,20 +131,20 @@ class MainWindow(QMainWindow):
         self.columns = ColumnLayout(self.main_split, left, self.center_tabs, self.plots_page, self.center_split)
         self.setCentralWidget(self.main_split)
 
+        self.setStatusBar(MessageBar())
         self.status_line = StatusLine(self.statusBar())
         self.status_labels = self.status_line.labels
         self.update_status()
         self.models.load_requested.connect(self.start_load)
         self.models.cancel_requested.connect(self.stop)
         self.prompt.run_button.clicked.connect(self.start_run)
+        self.prompt.notice.connect(self.notify)
         self.prompt.stop_button.clicked.connect(self.stop)
-        self.rounds.round_selected.connect(self._round_selected)
-        self.rounds.round_opened.connect(lambda _index: self.center_tabs.setCurrentWidget(self.selector_view))
+        self.round_links = RoundLinks(self)
         self.why_view.advise_requested.connect(self.controller.advise)
         self.race_view.race_requested.connect(self.start_race)
         self.race_view.stop_requested.connect(self.stop)
         self.race_view.method_selected.connect(self.controller.show_method)
-        self.output.token_clicked.connect(self._token_clicked)
 
     # ---- settings --------------------------------------------------------------------------
 
@@ -224,8 +228,7 @@ class MainWindow(QMainWindow):
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
         self.why_view.clear()
-        self.selector_view.clear()
-        self.race_view.clear()
+        self.selector_view.clear()  # the race table stays: the last race's figures until the next race
         self.update_status()
 
     def pair_loaded(self, info: PairInfo) -> None:
@@ -236,8 +239,9 @@ class MainWindow(QMainWindow):
             else " (no drafter: AR only)"
         self.models.status.setText(f"loaded: {Path(info.target).name}{drafter}; rollback {facts.get('rollback')}")
         self.prompt.set_capabilities(info.has_chat_template, info.has_thinking)
-        if notice := self.prompt.set_vocab_size(info.vocab_size):  # a top-k past this vocabulary, cut
-            self.notify(notice)
+        for notice in (self.prompt.set_vocab_size(info.vocab_size), self.prompt.set_context(info.context)):
+            if notice:  # a top-k past this vocabulary, max tokens past its context: cut
+                self.notify(notice)
         self.status_line.show_device(info.device)
         self.settings.remember(info.target, info.drafter)
         self.autosave.changed()
@@ -259,22 +263,6 @@ class MainWindow(QMainWindow):
 
     def update_status(self) -> None:
         self.status_line.show_runs(self.runs, self.current_run, self.rounds_run)
-
-    # ---- rounds <-> output and selector ----------------------------------------------------
-
-    def _round_selected(self, index: int) -> None:
-        self.selector_view.show_round(self.rounds_run, index)
-        self.center_tabs.setCurrentWidget(self.selector_view if self.selector_view.isVisible() else self.output)
-        self.output.highlight_round(index)
-
-    def _token_clicked(self, token_index: int) -> None:
-        run = self.output.run
-        if run is None or run is not self.rounds_run:
-            return
-        tok = run.tokens[token_index]
-        if tok.round is not None:
-            self.rounds.select_round(tok.round)
-            self._round_selected(tok.round)
 
     # ---- files -----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import engine.models.pair as engine_session
 from engine.errors import DFlashError, IncompatiblePairError, LoadCancelled
 from engine.models.doctor import check_pair
 from engine.decode.events import StartEvent, SummaryEvent
+from engine.decode.prefill import context_length
 from engine.decode.prefix_cache import PrefixCache
 from engine.decode.prompts import encode_prompt, format_name
 from engine.tools.trace import device_line
@@ -178,6 +179,7 @@ class Worker(QObject):
             has_thinking=bool(getattr(pair.tokenizer, "has_thinking", False)),
             token_table=build_token_table(pair.tokenizer, len(pair.tokenizer)),
             vocab_size=int(pair.head.vocab_size),
+            context=context_length(pair),
         )
         self.pair, self.pair_key, self.info = pair, (target, drafter), info
 

@@ -143,12 +143,19 @@ def test_chrome_csv_and_png_exports(qtbot, make_window, qwen3_tied_dirs, tmp_pat
     for row, r in zip(rows, rounds):
         assert int(row["index"]) == r.index and int(row["accepted"]) == r.accepted
         assert [int(x) for x in row["drafted"].split()] == r.drafted
-        assert float(row["verify_ms"]) == r.verify_ms
+        assert abs(float(row["verify_ms"]) - r.verify_ms) < 1e-6
+        assert all(len(row[c].partition(".")[2]) <= 6 for c in ("t", "draft_ms", "verify_ms", "rollback_ms"))
+        assert abs(float(row["t"]) - r.t) < 1e-6
+    w.rounds_run.rounds[0].t = 36.757999999999996  # a sum's noise, as one run wrote it
+    assert w.export_rounds_csv(table)
+    with open(table, newline="") as f:
+        assert next(csv.DictReader(f))["t"] == "36.758"
 
     png = tmp_path / "plots.png"
+    shown = w.plots.size()
     assert w.save_plots_png(png)
-    image = QImage(str(png))
-    assert not image.isNull() and image.width() > 100 and image.height() > 100
+    image = QImage(str(png))  # laid out at 1600x900 at least: a slide's
+    assert image.width() >= 1600 and image.height() >= 900 and w.plots.size() == shown
 
 
 def test_export_with_nothing_and_a_bad_trace_are_refused(qtbot, make_window, tmp_path):
@@ -279,7 +286,7 @@ def test_a_live_run_after_a_trace_shows_this_machines_device(qtbot, make_window,
     device.set_line("device: cpu")  # a line that fits is asked room for, margins included, and shown whole
     device.resize(device.sizeHint())
     assert device.text() == "device: cpu"
-    assert w.statusBar().toolTip() == ""
+    assert w.statusBar().toolTip() == w.statusBar().currentMessage() == f"replaying {path}"  # not the run's line
     run_and_wait(qtbot, w)
     assert w.status_labels["device"].toolTip() == here
     stats = w.rounds_run.stats

@@ -110,20 +110,37 @@ def test_a_race_runs_every_method_and_shows_the_engine_figures(qtbot, make_windo
     from app.race_export import export_race_table
 
     assert export_race_table(w, tmp_path / "race.csv")
+    race_runs, race_speed = dict(w.runs), view.cell("dflash", "tok/s")
     with open(tmp_path / "race.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     assert rows[0] == list(COLUMNS) and [r[0] for r in rows[1:]] == [view.table.item(i, 0).text() for i in
                                                                      range(len(methods))]
     assert all(r[COLUMNS.index("tok/s")] == view.cell(m, "tok/s") for r, m in zip(rows[1:], methods))
 
-    # A plain run afterwards clears the race.
+    # A plain run afterwards keeps the race: its table, its export, and a row picked shows that method's run
     choose(w, qwen3_tied_dirs, max_tokens=8, mode="dflash")
     with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
         w.start_run()
-    assert view.table.rowCount() == 0 and list(w.runs) == ["dflash"]
-    assert not export_race_table(w, tmp_path / "none.csv") and not (tmp_path / "none.csv").exists()
-    assert w.errors and "run a race" in w.errors[-1]
-    assert [label.text for _s, label in w.plots.tps_legend.items] == ["DFlash", "AR"]
+    assert list(w.runs) == ["dflash"] and w.runs["dflash"] is not race_runs["dflash"]
+    assert view.table.rowCount() == len(methods) and view.cell("dflash", "tok/s") == race_speed
+    assert w.race_export_action.isEnabled() and export_race_table(w, tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_text() == (tmp_path / "race.csv").read_text()
+    assert [label.text for _s, label in w.plots.tps_legend.items] == ["DFlash"]  # no AR in a DFlash-only run
+    view.select_method("dflash+lookup")
+    assert w.current_run is race_runs["dflash+lookup"] and w.controller.job_mode == "race"
+
+
+def test_the_race_export_waits_for_a_race(qtbot, make_window, qwen3_tied_dirs):
+    """File > Export race table is off until a race has finished, and off again while the next one runs."""
+    w = make_window()
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, block_size=4)
+    assert not w.race_export_action.isEnabled()
+    view = race(w, ["ar", "dflash"])
+    for _ in range(2):
+        with qtbot.waitSignal(w.run_finished, timeout=RUN_TIMEOUT_MS):
+            w.start_race()
+            assert not w.race_export_action.isEnabled()
+        assert w.race_export_action.isEnabled() and view.table.rowCount() == 2
 
 
 def test_drafted_chips_show_their_source_and_the_legend_names_them(qtbot, make_window, alternating_dirs):

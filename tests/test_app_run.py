@@ -438,19 +438,23 @@ def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3
 
 def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, make_window, qwen3_tied_dirs,
                                                                       monkeypatch, tmp_path):
-    """A first auto run measures the cost curve: the status line counts its steps and, once a pace is
-    known, about how long is left (a long prompt's first run spent 19 of 27 s there, counting only)."""
+    """A first auto run measures the cost curve: a strip above the tabs says what it measures, with a
+    progress bar of its steps and, once a pace is known, about how long is left (a long prompt's first
+    run spent 19 of 27 s there, counting only, in a status line cut at 1280x800)."""
     from engine.decode import cost_curve as cc
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))  # no curve cached: this run measures
     monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="dflash", block_size=4, block_auto=True)
-    said = []
-    w.statusBar().messageChanged.connect(said.append)
+    measuring = []
+    w.progress.shown.connect(measuring.append)
     run_and_wait(qtbot, w)
-    measuring = [m for m in said if "measuring the cost curve" in m]
-    assert measuring and all(m.endswith("Esc stops") for m in measuring)
+    assert measuring and all("measuring this machine's cost curve (block 4, draft window 256)" in m and m.endswith("Esc stops")
+                             for m in measuring)
+    assert [int(m.split(": ")[-1].split("/")[0]) for m in measuring] == sorted(set(
+        int(m.split(": ")[-1].split("/")[0]) for m in measuring))  # the bar only moves on
+    assert not w.progress.isVisible()  # gone with the measurement
     assert any(", about " in m and " s left" in m for m in measuring)  # after the first step, a pace
     assert not measuring[0].count("s left")  # the first step compiles: no pace from it
     assert w.current_run.summary.num_generated == 8
@@ -479,9 +483,16 @@ def test_both_mode_stopped_while_dflash_measures_keeps_ars_figures(qtbot, make_w
     monkeypatch.setattr(speculative, "cost_curve_steps", held_after_first_step)
     w = make_window()
     choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=8, mode="both", block_size=4, block_auto=True)
-    w.statusBar().messageChanged.connect(lambda m: "measuring the cost curve" in m and w.stop())
+    on_show = []
+
+    def measuring(_line):
+        on_show.append(w.output.plain_text())  # while DFlash measures: AR's text, not a blank pane
+        w.stop()
+
+    w.progress.shown.connect(measuring)
     run_and_wait(qtbot, w)
     ar, df = w.runs["ar"], w.runs["dflash"]
+    assert on_show and on_show[0] == ar.summary.text
     assert len(ar.tokens) == 8 and not df.tokens and "stopped before its first token" in w.statusBar().currentMessage()
     assert w.status_labels["tokens"].text() == "tokens: 8"
     assert w.status_labels["peak"].text() != "peak: 0 MB"

@@ -33,7 +33,7 @@ def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_p
     monkeypatch.setattr(cc, "measure_steps", lambda *a, **k: calls.append(k) or real(*a, **k))
     again, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1)
     assert cached and again == first and calls == []
-    _, cached = cc.cost_curve(qwen3_pair, block=2, repeats=1)  # another block: another entry
+    _, cached = cc.cost_curve(qwen3_pair, block=4, repeats=1)  # a longer block: another entry (a shorter reuses it)
     assert not cached and len(calls) == 1
     _, cached = cc.cost_curve(qwen3_pair, block=3, repeats=1, fresh=True)
     assert not cached and len(calls) == 2

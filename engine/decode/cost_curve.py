@@ -37,7 +37,7 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
-from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted
+from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted, shorter
 from engine.decode.acceptance import accept
 from engine.decode.drafts import propose
 from engine.decode.sampling import Sampler, log_probs
@@ -265,6 +265,20 @@ def _sound(curve: CostCurve, block: int) -> bool:
             and all(sound(p) for p in points) and all(a.depth < b.depth for a, b in zip(points, points[1:])))
 
 
+def _from_longer(pair: LoadedPair, block: int, repeats: int, window: int, sink: int,
+                 sampling: Optional[SamplingSettings]) -> Optional[CostCurve]:
+    """A cached curve of a longer block cut to `block` (cost_curve_data.shorter), else None: block 9 after 16 measured."""
+    for longer in range(block + 1, 65):  # up to 64, the longest verify _check allows
+        path = cache_dir() / "cost-curves" / f"{cache_key(pair, longer, repeats, window, sink, sampling)}.json"
+        try:
+            data = json_text.loads(path.read_bytes()) if path.is_file() else None
+            if isinstance(data, dict) and data.get("schema") == SCHEMA and _sound(curve := _from_json(data), longer):
+                return fitted(shorter(curve, block))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged entry is no help
+    return None
+
+
 def cache_dir() -> Path:
     override = os.environ.get("DFLASH_CACHE_DIR")
     if override:
@@ -328,6 +342,8 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
                     return fitted(curve), True  # entries cached before the fit get it here
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry is measured again
+    if not fresh and (cut := _from_longer(pair, block, repeats, window, sink, sampling)) is not None:
+        return cut, True
     # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
     # started again from the first, and a long prompt's first run spends most of its time here)
     kept = store.stopped.setdefault(key, []) if not fresh else []

@@ -100,6 +100,21 @@ def fitted(curve: CostCurve) -> CostCurve:
                    deeper=deeper)
 
 
+def shorter(curve: CostCurve, block: int) -> CostCurve:
+    """A curve measured up to a longer block, cut to `block`: its verifies of 1..block and drafts of
+    2..block at each depth are what a measurement up to `block` times (the same sweeps, the longer
+    lengths after them). Its depths are the longer block's: near the target's context it may lack the
+    deepest one a shorter block would fit (the curve holds its deepest figures beyond it)."""
+    def cut(p: DepthPoint) -> DepthPoint:
+        by_length = p.draft_by_length_ms[:block] if p.draft_by_length_ms is not None else None
+        return replace(p, verify_ms=p.verify_ms[:block], draft_by_length_ms=by_length)
+
+    base, *deeper = [cut(p) for p in curve.points()]
+    return replace(curve, block=block, verify_ms=base.verify_ms, draft_by_length_ms=base.draft_by_length_ms,
+                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
+                   deeper=deeper)
+
+
 def non_decreasing(values: list[float]) -> list[float]:
     """The least-squares non-decreasing fit (pool adjacent violators): runs that fall are averaged."""
     blocks: list[list[float]] = []  # [mean, count]
