@@ -35,7 +35,8 @@ def test_missing_peer_package_names_it_and_how_to_install(monkeypatch):
 
 
 def _line(i, tokens, seconds, ar_tokens, rounds):
-    return {"prompt": i, "peer": {"tokens": tokens, "decode_s": seconds, "own_tok_s": 1.0, "rounds": rounds},
+    peer = {"tokens": tokens, "decode_s": seconds, "own_tok_s": 1.0, "rounds": rounds}
+    return {"prompt": i, "peer": {**peer, **({} if rounds else {"fallback_ar": "no drafter"})},
             "ar": {"tokens": ar_tokens, "decode_s": 1.0}}
 
 
@@ -56,6 +57,7 @@ def test_table_gives_ours_over_each_peer_and_names_the_fastest_and_the_failed():
     ar = list(range(10))
     peers = {"slow": peer_figures([_line(0, ar, 1.0, ar, 5), _line(1, ar, 1.0, ar, 5)], 10),
              "fast": peer_figures([_line(0, ar, 0.5, ar, 5), _line(1, ar[:9] + [7], 0.25, ar, 5)], 10),
+             "gave-up": peer_figures([_line(0, ar, 2.0, ar, 0)], 10),
              "broken": peer_figures([{"error": "dspark could not load the pair: KeyError: 'fc.weight'"}], 10)}
     ours = {"dflash_tok_s": 30.0, "ar_tok_s": 10.0, "speedup": 3.0, "mean_acceptance_length": 2.5,
             "per_prompt": [{"dflash_tok_s": 20.0, "identical": True}, {"dflash_tok_s": 40.0, "identical": True}]}
@@ -66,4 +68,6 @@ def test_table_gives_ours_over_each_peer_and_names_the_fastest_and_the_failed():
     assert "40.0   1.00x!" in rows[3]  # its second output was not AR's
     assert rows[4].startswith("overall") and "3.00x" in rows[4] and "1.12x" in rows[4]
     assert "fastest peer: fast at 26.7 tok/s; ours 1.12x" in table
+    gave_up = next(row for row in rows if row.startswith("gave-up"))
+    assert gave_up.split()[1:3] == ["5.0", "-"] and "1 fell back to AR" in gave_up  # no rounds: no tau
     assert "broken" in table and "failed  dspark could not load the pair: KeyError: 'fc.weight'" in table

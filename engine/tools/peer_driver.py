@@ -96,7 +96,8 @@ def dflash_mlx(spec, verify_mode=None):
         s = summary[-1]
         prefill = float(s.phase_timings_us.get("prefill", 0.0))
         own = s.generation_tokens / max((s.elapsed_us - prefill) / 1e6, 1e-9)
-        return {"tokens": tokens, "decode_s": seconds, "own_tok_s": own, "rounds": int(s.cycles_completed)}
+        return {"tokens": tokens, "decode_s": seconds, "own_tok_s": own, "rounds": int(s.cycles_completed),
+                **({"fallback_ar": s.fallback_reason or True} if s.fallback_ar else {})}
     return run, {"verify_mode": context.verify.mode, "draft_class": type(bundle.draft_model).__name__}
 
 

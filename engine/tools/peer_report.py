@@ -16,6 +16,7 @@ def run_figures(result: dict, ar: dict, max_tokens: int) -> dict:
             "tok_s": len(tokens) / result["decode_s"] if result["decode_s"] > 0 else 0.0,
             "tau": (len(tokens) - 1) / rounds if rounds else None, "rounds": rounds,
             "own_tok_s": result.get("own_tok_s"), "identical": tokens == ar["tokens"][:max_tokens],
+            "fallback_ar": result.get("fallback_ar"),  # dflash-mlx: it gave up speculating, and why
             "ar_tokens": len(ar["tokens"]), "ar_decode_s": ar["decode_s"],
             "ar_tok_s": len(ar["tokens"]) / ar["decode_s"] if ar["decode_s"] > 0 else 0.0}
 
@@ -95,7 +96,9 @@ def format_table(ours: dict, peers: dict[str, dict], prompts: list[str]) -> str:
             lines.append(f"{name:<20} {'failed':>7}  {p['error'] or 'no prompt ran'}")
             continue
         failed = sum(1 for r in p["per_prompt"] if r and "error" in r)
-        note = "AR: mlx-lm, same process" + (f"; {failed} prompt(s) failed" if failed else "")
+        fell = sum(1 for r in p["per_prompt"] if r and r.get("fallback_ar"))
+        note = ("AR: mlx-lm, same process" + (f"; {failed} prompt(s) failed" if failed else "")
+                + (f"; {fell} fell back to AR" if fell else ""))
         same = f"{o['identical']}/{o['prompts']}"
         lines.append(f"{name:<20} {_num(o['tok_s']):>7} {_num(o['tau'], 2):>5} {_num(o['speedup'], 2):>5}x "
                      f"{_num(o['ar_tok_s']):>8} {same:>10}  {note}")
