@@ -1,6 +1,7 @@
 """The peer comparison's checks and table (engine/tools/peer_bench.py): the peers themselves run in
 their own venv and are not part of the suite (docs/peers.md)."""
 
+import json
 import sys
 
 import pytest
@@ -71,3 +72,20 @@ def test_table_gives_ours_over_each_peer_and_names_the_fastest_and_the_failed():
     gave_up = next(row for row in rows if row.startswith("gave-up"))
     assert gave_up.split()[1:3] == ["5.0", "-"] and "1 fell back to AR" in gave_up  # no rounds: no tau
     assert "broken" in table and "failed  dspark could not load the pair: KeyError: 'fc.weight'" in table
+
+
+def test_a_saved_result_of_another_pair_prompts_or_length_is_refused(tmp_path):
+    target, drafter = str(tmp_path / "t"), str(tmp_path / "d")
+    ours = {"target": target, "drafter": drafter, "prompts_given": 3, "max_tokens": 32, "per_prompt": []}
+    bench, peers = tmp_path / "bench.json", tmp_path / "peers.json"
+    bench.write_text(json.dumps(ours))
+    peers.write_text(json.dumps({"ours": ours, "peers": {}}))
+    for saved in (bench, peers):  # either kind of saved run gives ours back
+        assert peer_bench.saved_ours(str(saved), (target, drafter), 3, 32) == ours
+    with pytest.raises(DFlashError, match="measured the drafter .*/d, not .*/v1"):
+        peer_bench.saved_ours(str(bench), (target, str(tmp_path / "v1")), 3, 32)
+    with pytest.raises(DFlashError, match="measured 3 prompts at 32 tokens, not these 3 at 128"):
+        peer_bench.saved_ours(str(peers), (target, drafter), 3, 128)
+    bench.write_text("[1]")
+    with pytest.raises(DFlashError, match="not the JSON of `bench --json`"):
+        peer_bench.saved_ours(str(bench), (target, drafter), 3, 32)

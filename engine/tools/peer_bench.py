@@ -36,7 +36,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--drafter", help="drafter folder (default: the demo pair's)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {', '.join(PEERS)} (default: all)")
-    p.add_argument("--ours-json", help="a saved `bench --json` of the same pair and prompts, instead of running it")
+    p.add_argument("--ours-json", help="a saved `bench --json` (or `peer_bench --json`) of the same pair, prompts "
+                                       "and --max-tokens, instead of running ours again")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--raw", action="store_true", help="prompts as they are, as bench --raw")
     form.add_argument("--chat", action="store_true", help="through the chat template, as bench --chat")
@@ -97,13 +98,29 @@ def encode(target: str, prompts_file: str, chat: Optional[bool]) -> tuple[list[s
     return texts, [encode_prompt(tokenizer, t, chat) for t in texts]
 
 
-def run_ours(args: argparse.Namespace, target: str, drafter: str) -> dict:
+def saved_ours(path: str, pair: tuple[str, str], prompts: int, max_tokens: int) -> dict:
+    """Our result from a saved `bench --json`, or from a saved `peer_bench --json` (its "ours"),
+    refused where it measured another pair, other prompts or another length."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DFlashError(f"--ours-json {path}: {exc}") from None
+    ours = data["ours"] if isinstance(data, dict) and "peers" in data else data
+    if not isinstance(ours, dict) or "per_prompt" not in ours:
+        raise DFlashError(f"--ours-json {path}: not the JSON of `bench --json` or `peer_bench --json`.")
+    for role, want in zip(("target", "drafter"), pair):
+        if Path(str(ours.get(role))).resolve() != Path(want):
+            raise DFlashError(f"--ours-json {path}: measured the {role} {ours.get(role)}, not {want}.")
+    if (ours.get("prompts_given"), ours.get("max_tokens")) != (prompts, max_tokens):
+        raise DFlashError(f"--ours-json {path}: measured {ours.get('prompts_given')} prompts at "
+                          f"{ours.get('max_tokens')} tokens, not these {prompts} at {max_tokens}.")
+    return ours
+
+
+def run_ours(args: argparse.Namespace, target: str, drafter: str, prompts: int) -> dict:
     """`bench --json` with its defaults, in its own process, on the same file and pair."""
     if args.ours_json:
-        try:
-            return json.loads(Path(args.ours_json).read_text())
-        except (OSError, ValueError) as exc:
-            raise DFlashError(f"--ours-json {args.ours_json}: {exc}") from None
+        return saved_ours(args.ours_json, (target, drafter), prompts, args.max_tokens)
     cmd = [sys.executable, "-m", "engine.tools.cli", "bench", "--prompts", args.prompts, "--target", target,
            "--drafter", drafter, "--max-tokens", str(args.max_tokens), "--json"]
     cmd += ["--raw"] if args.raw else ["--chat"] if args.chat else []
@@ -139,7 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         texts, ids = encode(target, args.prompts, True if args.chat else False if args.raw else None)
         print(f"ours (bench): {len(texts)} prompts, {args.max_tokens} tokens", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        ours = run_ours(args, target, drafter)
+        ours = run_ours(args, target, drafter, len(texts))
         walls = {"ours": round(time.perf_counter() - t0, 1)}
         results = {}
         spec = {"target": target, "drafter": drafter, "prompts": ids, "max_tokens": args.max_tokens}
