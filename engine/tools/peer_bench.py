@@ -23,7 +23,9 @@ from engine.tools.peer_report import fastest, format_table, peer_figures
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("peer_driver.py")
 # name -> the module it needs in the peer venv
-PEERS = {"zlab": "dflash", "dflash-mlx": "dflash_mlx", "dflash-mlx-ddtree": "dflash_mlx", "dspark": "mlx_dspark"}
+PEERS = {"zlab": "dflash", "dflash-mlx": "dflash_mlx", "dflash-mlx-ddtree": "dflash_mlx", "dspark": "mlx_dspark",
+         "dspark-fp": "mlx_dspark"}
+DEFAULT_PEERS = ["zlab", "dflash-mlx", "dflash-mlx-ddtree", "dspark"]  # each at its own defaults
 INSTALL = {"dflash": "dflash==0.1.0", "dflash_mlx": "dflash-mlx==0.1.8", "mlx_dspark": "mlx-dspark==0.20.3",
            "mlx_lm": "mlx-lm"}
 
@@ -35,7 +37,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--target", help="target folder (default: the demo target)")
     p.add_argument("--drafter", help="drafter folder (default: the demo pair's)")
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {', '.join(PEERS)} (default: all)")
+    p.add_argument("--peers", default=",".join(DEFAULT_PEERS),
+                   help=f"comma list of {', '.join(PEERS)} (default: {','.join(DEFAULT_PEERS)})")
     p.add_argument("--ours-json", help="a saved `bench --json` (or `peer_bench --json`) of the same pair, prompts "
                                        "and --max-tokens, instead of running ours again")
     form = p.add_mutually_exclusive_group()

@@ -101,15 +101,16 @@ def dflash_mlx(spec, verify_mode=None):
     return run, {"verify_mode": context.verify.mode, "draft_class": type(bundle.draft_model).__name__}
 
 
-def dspark(spec):
+def dspark(spec, bits=4):
     """ARahim3's mlx-dspark, `generate --mode dflash` at its defaults: the drafter quantized to 4
-    bits, the verify cap its static_cap measures on this machine, no lookup drafts."""
+    bits (`bits` 0: as it is, its --drafter-bits 0), the verify cap its static_cap measures on this
+    machine, no lookup drafts."""
     from mlx_dspark.calibrate import static_cap
     from mlx_dspark.generate import dflash_generate
     from mlx_dspark.load import load_dflash, load_target
 
     target, tokenizer = load_target(spec["target"], require_tap=True)
-    drafter, _ = load_dflash(spec["drafter"], quantize=True, bits=4)
+    drafter, _ = load_dflash(spec["drafter"], quantize=bits > 0, bits=max(bits, 2))
     drafter.bind(target.model)
     fallback = max(1, int(getattr(drafter.config, "block_size", 8)) - 1)
     cap = static_cap(target, drafter, mode="dflash", target_repo=spec["target"], drafter_repo=spec["drafter"],
@@ -121,7 +122,7 @@ def dspark(spec):
         # Its own split: decode from the end of prefill (before the first token is read) to the end.
         return {"tokens": list(res.token_ids), "decode_s": res.decode_seconds,
                 "own_tok_s": res.decode_tokens_per_sec, "rounds": int(res.num_rounds)}
-    return run, {"cap": cap, "drafter_bits": 4}
+    return run, {"cap": cap, "drafter_bits": bits}
 
 
 PEERS = {
@@ -129,6 +130,7 @@ PEERS = {
     "dflash-mlx": (dflash_mlx, "dflash_mlx"),
     "dflash-mlx-ddtree": (lambda spec: dflash_mlx(spec, "ddtree"), "dflash_mlx"),
     "dspark": (dspark, "mlx_dspark"),
+    "dspark-fp": (lambda spec: dspark(spec, 0), "mlx_dspark"),
 }
 
 
