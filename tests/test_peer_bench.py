@@ -48,10 +48,23 @@ def test_figures_pool_truncate_overshoot_and_flag_output_that_is_not_ars():
              _line(1, ar[:4] + [99] + ar[5:], 1.5, ar, 4)]
     p = peer_figures(lines, max_tokens=8)
     first, second = p["per_prompt"]
-    assert first["tokens"] == 8 and first["tok_s"] == 16.0 and first["identical"] and first["tau"] == 7 / 3
-    assert not second["identical"]
+    assert first["tokens"] == 8 and first["tok_s"] == 16.0 and first["identical"] == 1 and first["tau"] == 7 / 3
+    assert second["identical"] == 0
     assert p["overall"]["tok_s"] == 16 / 2.0 and p["overall"]["ar_tok_s"] == 8.0 and p["overall"]["identical"] == 1
     assert p["overall"]["speedup"] == 1.0 and p["error"] is None
+
+
+def test_repeats_pool_per_prompt_and_a_failed_run_fails_its_prompt():
+    ar = list(range(8))
+    lines = [_line(0, ar, 1.0, ar, 4), _line(0, ar, 0.6, ar, 2),  # two repeats of prompt 0
+             _line(1, ar, 1.0, ar, 4), {"prompt": 1, "repeat": 1, "error": "IndexError: out of range"}]
+    p = peer_figures(lines, max_tokens=8)
+    first, second = p["per_prompt"]
+    assert first["runs"] == 2 and first["tok_s"] == 16 / 1.6 and first["tau"] == 14 / 6
+    assert second == {"error": "IndexError: out of range"}
+    assert p["overall"]["runs"] == 2 and p["overall"]["tok_s"] == first["tok_s"]  # the failed prompt left out
+    table = format_table({"per_prompt": [{"dflash_tok_s": 20.0}]}, {"peer": p}, ["a", "b"])
+    assert "1 prompt(s) failed" in table and table.splitlines()[3].split()[-1] == "failed"
 
 
 def test_table_gives_ours_over_each_peer_and_names_the_fastest_and_the_failed():
@@ -70,7 +83,7 @@ def test_table_gives_ours_over_each_peer_and_names_the_fastest_and_the_failed():
     assert rows[4].startswith("overall") and "3.00x" in rows[4] and "1.12x" in rows[4]
     assert "fastest peer: fast at 26.7 tok/s; ours 1.12x" in table
     gave_up = next(row for row in rows if row.startswith("gave-up"))
-    assert gave_up.split()[1:3] == ["5.0", "-"] and "1 fell back to AR" in gave_up  # no rounds: no tau
+    assert gave_up.split()[1:3] == ["5.0", "-"] and "1 run(s) fell back to AR" in gave_up  # no rounds: no tau
     assert "broken" in table and "failed  dspark could not load the pair: KeyError: 'fc.weight'" in table
 
 

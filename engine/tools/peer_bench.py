@@ -37,6 +37,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--target", help="target folder (default: the demo target)")
     p.add_argument("--drafter", help="drafter folder (default: the demo pair's)")
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=1, help="runs of each prompt, pooled (ours: bench --repeats)")
     p.add_argument("--peers", default=",".join(DEFAULT_PEERS),
                    help=f"comma list of {', '.join(PEERS)} (default: {','.join(DEFAULT_PEERS)})")
     p.add_argument("--ours-json", help="a saved `bench --json` (or `peer_bench --json`) of the same pair, prompts "
@@ -125,7 +126,7 @@ def run_ours(args: argparse.Namespace, target: str, drafter: str, prompts: int) 
     if args.ours_json:
         return saved_ours(args.ours_json, (target, drafter), prompts, args.max_tokens)
     cmd = [sys.executable, "-m", "engine.tools.cli", "bench", "--prompts", args.prompts, "--target", target,
-           "--drafter", drafter, "--max-tokens", str(args.max_tokens), "--json"]
+           "--drafter", drafter, "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--json"]
     cmd += ["--raw"] if args.raw else ["--chat"] if args.chat else []
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     try:
@@ -151,8 +152,9 @@ def run_peer(python: str, name: str, spec: dict, timeout: int) -> list[dict]:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     try:
-        if args.max_tokens < 1:
-            raise DFlashError(f"--max-tokens {args.max_tokens} must be at least 1.")
+        for flag, value in (("--max-tokens", args.max_tokens), ("--repeats", args.repeats)):
+            if value < 1:
+                raise DFlashError(f"{flag} {value} must be at least 1.")
         peers = parse_peers(args.peers)
         check_peer_python(args.peer_python, peers)
         target, drafter = pair_paths(args.target, args.drafter)
@@ -162,7 +164,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         ours = run_ours(args, target, drafter, len(texts))
         walls = {"ours": round(time.perf_counter() - t0, 1)}
         results = {}
-        spec = {"target": target, "drafter": drafter, "prompts": ids, "max_tokens": args.max_tokens}
+        spec = {"target": target, "drafter": drafter, "prompts": ids, "max_tokens": args.max_tokens,
+                "repeats": args.repeats}
         for name in peers:
             print(f"{name}: running", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
@@ -173,13 +176,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     best = fastest(results)
     if args.json:
-        print(json.dumps({"target": target, "drafter": drafter, "max_tokens": args.max_tokens, "prompts": texts,
+        print(json.dumps({"target": target, "drafter": drafter, "max_tokens": args.max_tokens,
+                          "repeats": args.repeats, "prompts": texts,
                           "ours": ours, "peers": results, "wall_s": walls,
                           "fastest_peer": best and best[0],
                           "ours_vs_fastest": best and ours.get("dflash_tok_s") and ours["dflash_tok_s"] / best[1]},
                          indent=1))
     else:
-        print(f"target {target}\ndrafter {drafter}\n{args.max_tokens} tokens, wall s {walls}\n")
+        print(f"target {target}\ndrafter {drafter}\n{args.max_tokens} tokens, {args.repeats} repeat(s), "
+              f"wall s {walls}\n")
         print(format_table(ours, results, texts))
     return 1 if any(r["overall"] is None for r in results.values()) else 0
 

@@ -2,8 +2,9 @@
 (engine/tools/peer_bench.py starts it): never imported by our process, so nothing but the standard
 library at the top, and the peer's package only inside its runner.
 
-Reads a JSON spec on stdin ({"peer", "target", "drafter", "prompts": [[ids]], "max_tokens"}) and
-writes JSON lines: {"loaded": ...} once, then per prompt {"prompt": i, "peer": {...}, "ar": {...}},
+Reads a JSON spec on stdin ({"peer", "target", "drafter", "prompts": [[ids]], "max_tokens", "repeats"})
+and writes JSON lines: {"loaded": ...} once, then per prompt and repeat {"prompt": i, "repeat": r,
+"peer": {...}, "ar": {...}},
 or one {"error": "..."} line and exit status 3. Each run is timed as ours is: generated tokens over
 the time from the first token (sampled from prefill) to the end, prefill excluded; "own_tok_s" is
 what the peer itself reports beside it. AR is mlx-lm's greedy stream_generate on a second copy of
@@ -153,15 +154,16 @@ def main():
         ar(ids, min(16, max_tokens))
     emit({"loaded": spec["peer"], **facts, "python": sys.executable})
     for i, ids in enumerate(prompts):
-        reference = ar(ids, max_tokens)
-        try:
-            result = run(ids, max_tokens)
-        except Exception as exc:
-            emit({"prompt": i, "error": f"{type(exc).__name__}: {one_line(exc)}"})
-            continue
-        # EOS: mlx-lm leaves it out of its tokens, some peers keep it; compare what was written.
-        result["tokens"] = [t for t in result["tokens"] if t not in eos]
-        emit({"prompt": i, "peer": result, "ar": reference})
+        for repeat in range(spec.get("repeats", 1)):  # AR then the peer, as bench runs AR then ours
+            reference = ar(ids, max_tokens)
+            try:
+                result = run(ids, max_tokens)
+            except Exception as exc:
+                emit({"prompt": i, "repeat": repeat, "error": f"{type(exc).__name__}: {one_line(exc)}"})
+                break
+            # EOS: mlx-lm leaves it out of its tokens, some peers keep it; compare what was written.
+            result["tokens"] = [t for t in result["tokens"] if t not in eos]
+            emit({"prompt": i, "repeat": repeat, "peer": result, "ar": reference})
     return 0
 
 

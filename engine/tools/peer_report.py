@@ -7,42 +7,42 @@ from typing import Any, Optional
 
 
 def run_figures(result: dict, ar: dict, max_tokens: int) -> dict:
-    """One prompt's run: tokens past max_tokens (a peer's last round may overshoot) are neither
-    counted nor compared, over the run's whole decode time; tau is the tokens after the first (from
-    prefill) over the rounds, as ours counts a round's committed tokens."""
+    """One run's counts: tokens past max_tokens (a peer's last round may overshoot) are neither
+    counted nor compared, over the run's whole decode time."""
     tokens = result["tokens"][:max_tokens]
-    rounds = result.get("rounds") or 0
-    return {"tokens": len(tokens), "decode_s": result["decode_s"],
-            "tok_s": len(tokens) / result["decode_s"] if result["decode_s"] > 0 else 0.0,
-            "tau": (len(tokens) - 1) / rounds if rounds else None, "rounds": rounds,
-            "own_tok_s": result.get("own_tok_s"), "identical": tokens == ar["tokens"][:max_tokens],
-            "fallback_ar": result.get("fallback_ar"),  # dflash-mlx: it gave up speculating, and why
-            "ar_tokens": len(ar["tokens"]), "ar_decode_s": ar["decode_s"],
-            "ar_tok_s": len(ar["tokens"]) / ar["decode_s"] if ar["decode_s"] > 0 else 0.0}
+    return {"runs": 1, "tokens": len(tokens), "decode_s": result["decode_s"], "rounds": result.get("rounds") or 0,
+            "identical": int(tokens == ar["tokens"][:max_tokens]),
+            "fallback_ar": int(bool(result.get("fallback_ar"))),  # dflash-mlx gave up speculating
+            "ar_tokens": len(ar["tokens"]), "ar_decode_s": ar["decode_s"]}
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Runs pooled as bench pools ours: tokens over decode time; tau the tokens after each run's
+    first (from prefill) over every round, as ours counts a round's committed tokens."""
+    total = {key: sum(r[key] for r in runs) for key in runs[0]}
+    tok_s = total["tokens"] / total["decode_s"] if total["decode_s"] > 0 else 0.0
+    ar_tok_s = total["ar_tokens"] / total["ar_decode_s"] if total["ar_decode_s"] > 0 else 0.0
+    return {**total, "tok_s": tok_s, "ar_tok_s": ar_tok_s, "speedup": tok_s / ar_tok_s if ar_tok_s else None,
+            "tau": (total["tokens"] - total["runs"]) / total["rounds"] if total["rounds"] else None}
 
 
 def peer_figures(lines: list[dict], max_tokens: int) -> dict:
-    """A peer's JSON lines as {"facts", "per_prompt", "overall", "error"}: tok/s pooled over
-    prompts (tokens over decode time), as bench pools ours."""
+    """A peer's JSON lines as {"facts", "per_prompt", "overall", "error"}: each prompt's repeats
+    pooled, and every run pooled overall; a prompt with a failed run is {"error"}."""
     facts = next((line for line in lines if "loaded" in line), {})
     error = next((line["error"] for line in lines if "error" in line and "prompt" not in line), None)
-    per_prompt: list[Optional[dict]] = []
+    runs: dict[int, list[dict]] = {}
+    failed: dict[int, str] = {}
     for line in lines:
-        if "prompt" in line:
-            per_prompt += [None] * (line["prompt"] + 1 - len(per_prompt))
-            per_prompt[line["prompt"]] = (run_figures(line["peer"], line["ar"], max_tokens)
-                                         if "peer" in line else {"error": line["error"]})
-    runs = [r for r in per_prompt if r is not None and "error" not in r]
-    overall = None
-    if runs:
-        tokens, seconds = sum(r["tokens"] for r in runs), sum(r["decode_s"] for r in runs)
-        ar_tokens, ar_seconds = sum(r["ar_tokens"] for r in runs), sum(r["ar_decode_s"] for r in runs)
-        rounds = sum(r["rounds"] for r in runs)
-        overall = {"tok_s": tokens / seconds, "ar_tok_s": ar_tokens / ar_seconds,
-                   "speedup": (tokens / seconds) / (ar_tokens / ar_seconds),
-                   "tau": (tokens - len(runs)) / rounds if rounds else None,
-                   "identical": sum(r["identical"] for r in runs), "prompts": len(runs)}
-    return {"facts": facts, "per_prompt": per_prompt, "overall": overall, "error": error}
+        if "prompt" in line and "peer" in line:
+            runs.setdefault(line["prompt"], []).append(run_figures(line["peer"], line["ar"], max_tokens))
+        elif "prompt" in line:
+            failed[line["prompt"]] = line["error"]
+    count = max([*runs, *failed], default=-1) + 1
+    per_prompt: list[Optional[dict]] = [{"error": failed[i]} if i in failed else pooled(runs[i]) if i in runs
+                                        else None for i in range(count)]
+    good = [run for i, rs in runs.items() if i not in failed for run in rs]
+    return {"facts": facts, "per_prompt": per_prompt, "overall": pooled(good) if good else None, "error": error}
 
 
 def fastest(peers: dict[str, dict]) -> Optional[tuple[str, float]]:
@@ -75,7 +75,7 @@ def format_table(ours: dict, peers: dict[str, dict], prompts: list[str]) -> str:
             if run is None or "error" in run:
                 cells.append(f" {'failed' if run else '-':>17}")
             else:
-                mark = " " if run["identical"] else "!"  # its output was not AR's
+                mark = " " if run["identical"] == run["runs"] else "!"  # an output was not AR's
                 cells.append(f" {_num(run['tok_s']):>8} {_ratio(ours_tok_s, run['tok_s']):>7}{mark}")
         label = " ".join(text.split())[:28]
         lines.append(f"{label:<28} {_num(ours_tok_s):>7}" + "".join(cells))
@@ -96,10 +96,11 @@ def format_table(ours: dict, peers: dict[str, dict], prompts: list[str]) -> str:
             lines.append(f"{name:<20} {'failed':>7}  {p['error'] or 'no prompt ran'}")
             continue
         failed = sum(1 for r in p["per_prompt"] if r and "error" in r)
-        fell = sum(1 for r in p["per_prompt"] if r and r.get("fallback_ar"))
+        fell = o["fallback_ar"]
         note = ("AR: mlx-lm, same process" + (f"; {failed} prompt(s) failed" if failed else "")
-                + (f"; {fell} fell back to AR" if fell else ""))
-        same = f"{o['identical']}/{o['prompts']}"
+                + (f"; {fell} run(s) fell back to AR" if fell else ""))
+        done = [r for r in p["per_prompt"] if r and "error" not in r]
+        same = f"{sum(r['identical'] == r['runs'] for r in done)}/{len(done)}"  # prompts, as ours counts
         lines.append(f"{name:<20} {_num(o['tok_s']):>7} {_num(o['tau'], 2):>5} {_num(o['speedup'], 2):>5}x "
                      f"{_num(o['ar_tok_s']):>8} {same:>10}  {note}")
     return "\n".join(lines)
