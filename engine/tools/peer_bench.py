@@ -47,6 +47,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     form.add_argument("--chat", action="store_true", help="through the chat template, as bench --chat")
     p.add_argument("--timeout", type=int, default=3600, help="seconds each process may run (default 3600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--save", help="also write the JSON result to this file (e.g. for a later --ours-json)")
     return p.parse_args(argv)
 
 
@@ -175,13 +176,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     best = fastest(results)
+    result = json.dumps({"target": target, "drafter": drafter, "max_tokens": args.max_tokens,
+                         "repeats": args.repeats, "prompts": texts, "ours": ours, "peers": results, "wall_s": walls,
+                         "fastest_peer": best and best[0],
+                         "ours_vs_fastest": best and ours.get("dflash_tok_s") and ours["dflash_tok_s"] / best[1]},
+                        indent=1)
+    if args.save:
+        Path(args.save).write_text(result + "\n")
     if args.json:
-        print(json.dumps({"target": target, "drafter": drafter, "max_tokens": args.max_tokens,
-                          "repeats": args.repeats, "prompts": texts,
-                          "ours": ours, "peers": results, "wall_s": walls,
-                          "fastest_peer": best and best[0],
-                          "ours_vs_fastest": best and ours.get("dflash_tok_s") and ours["dflash_tok_s"] / best[1]},
-                         indent=1))
+        print(result)
     else:
         print(f"target {target}\ndrafter {drafter}\n{args.max_tokens} tokens, {args.repeats} repeat(s), "
               f"wall s {walls}\n")
