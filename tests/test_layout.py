@@ -95,3 +95,11 @@ def test_every_package_folder_is_a_package():
     missing = [str(d.relative_to(ROOT)) for pkg in PACKAGES for d in [ROOT / pkg, *(ROOT / pkg).rglob("*")]
                if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
     assert not missing, missing
+
+
+def test_the_round_loop_probes_no_capability():
+    """The round loop calls its proposer's methods (engine/decode/proposer_base.py's defaults): a
+    `hasattr` probe would bring back a contract that lives only in docstrings."""
+    probes = [f"{name}:{i}" for name, path in _modules().items() if name.startswith("engine.decode")
+              for i, line in enumerate(path.read_text().splitlines(), 1) if "hasattr(" in line]
+    assert not probes, probes

@@ -9,7 +9,8 @@ events) and decodes one token a step, pipelined as mlx-lm's generate_step is. Sp
 from __future__ import annotations
 
 import time
-from typing import Iterator, Optional
+from contextlib import nullcontext
+from typing import Callable, Iterator, Optional
 
 import mlx.core as mx
 
@@ -116,24 +117,40 @@ class Decoder:
         return run.logits, run.context if self.keeps_taps else None
 
     def decode(self, y: mx.array, context: Optional[mx.array]) -> Iterator[Event]:
-        """Pipelined like mlx-lm's generate_step: step n+1 is queued before token n is read."""
-        model, cache, out, ranks = self.pair.target, self.cache, self.out, self.pair.ranks
-
-        def step(token: mx.array) -> mx.array:
-            # from_root: ranks of a sharded target commit rank 0's token (a no-op in one process)
-            nxt = from_root(self.sampler.sample(model(token.reshape(1, 1), cache=cache)[0, -1]), ranks)
-            mx.async_eval(nxt)
-            return nxt
-
-        y = step(y)
-        while not self.cancel.cancelled:
-            nxt = step(y) if out.remaining > 1 else None
-            token = int(y.item())
+        out = self.out
+        for token, _ in self.plain_tokens(y, lambda i: out.remaining > 1):
             stop = out.add(token)
             yield TextEvent(out.take_delta(), [token], None, time.perf_counter() - self.t_first)
             if stop:
                 return
-            y = nxt
+
+    def plain_tokens(self, token: mx.array, more: Callable[[int], bool],
+                     taps: bool = False) -> Iterator[tuple[int, Optional[mx.array]]]:
+        """Plain AR steps from `token`, pipelined as mlx-lm's generate_step: step i + 1 is queued
+        before token i is read, where `more(i)` wants one. Yields (token i, with `taps` the target's
+        taps of its step) until `more` says no or the run is cancelled. AR and auto's plain
+        stretches (engine/decode/speculative.py) both decode through it."""
+        model, cache, ranks, recorder = self.pair.target, self.cache, self.pair.ranks, self.pair.taps
+
+        def step(y: mx.array) -> tuple[mx.array, Optional[mx.array]]:
+            with recorder.capture() if taps else nullcontext():
+                logits = model(y.reshape(1, 1), cache=cache)[0, -1]
+            # from_root: ranks of a sharded target commit rank 0's token (a no-op in one process)
+            nxt = from_root(self.sampler.sample(logits), ranks)
+            kept = recorder.concatenated() if taps else None
+            mx.async_eval(nxt, *([kept] if taps else []))
+            return nxt, kept
+
+        queued, i = step(token), 0
+        while not self.cancel.cancelled:
+            y, kept = queued
+            going = more(i)
+            if going:
+                queued = step(y)
+            yield int(y.item()), kept
+            if not going:
+                return
+            i += 1
 
     def summary(self, t_start: float, t_end: float) -> SummaryEvent:
         out, stats = self.out, self.stats

@@ -1,19 +1,5 @@
-"""Who proposes a round's drafts: the DFlash drafter, context lookup, or a draft model.
-
-A proposer is what the round loop (engine/decode/speculative.py) asks for drafts. Each has:
-- `prefill()`: run anything of its own over the prompt (a draft model's cache), during the run's
-  prefill;
-- `propose(anchor, length, position, room)`: a Proposal whose drafts are queued, not awaited (the
-  loop builds the verify's graph while they compute); `length` is the round's verify length, `room`
-  the tokens the run still wants;
-- `observe(committed, taps)`: what the round committed and the target's taps of those positions,
-  so it keeps its own state (the drafter's context, the lookup index, a draft model's cache);
-- `record(proposal, accepted)`: how its proposal fared;
-- `needs_taps`: whether the verify records the target's taps; `source`: its name in round events
-  and traces;
-- optionally `copy_ready()`: whether it would verify a copy now (DFlash rounds with lookup), so
-  auto's plain steps end there, and `stepped(committed)`: a plain step committed these (after
-  observe()), for what it learns between rounds.
+"""Who proposes a round's drafts: the DFlash drafter, context lookup, or a draft model. Each is a
+Proposer (engine/decode/proposer_base.py: what the round loop asks of it).
 """
 
 from __future__ import annotations
@@ -27,16 +13,13 @@ from engine.decode.lookup import (LONG_FROM, SHORT_DRAFT, CopyJudge, LookupGate,
                                   common_prefix, copy_cap, draft_length)
 from engine.decode.events import DRAFT_MODEL, DRAFTER, LOOKUP
 from engine.decode.proposal import Proposal, propose
+from engine.decode.proposer_base import Proposer, no_drafts
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.models.pair import LoadedPair
 
 
-def no_drafts(source: str) -> Proposal:
-    return Proposal(mx.array([], dtype=mx.int32), None, None, source=source)
-
-
-class DrafterProposer:
+class DrafterProposer(Proposer):
     """The DFlash drafter: a block drafted in one pass over the target's taps of the context."""
 
     source = DRAFTER
@@ -47,16 +30,10 @@ class DrafterProposer:
         self.cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
 
-    def prefill(self) -> None:
-        """Nothing of its own to run over the prompt: the target's taps are its context."""
-
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         """The target's taps (1, n, k*H) of the positions just committed (or of the prompt)."""
         if taps is not None:
             self.pending.append(taps)
-
-    def record(self, proposal: Proposal, accepted: int) -> None:
-        """How the round went (the drafter learns nothing from it here)."""
 
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         """The block's drafts d1..d_{length-1} (queued, not awaited), (at T > 0) the log-probs they
@@ -81,15 +58,13 @@ class DrafterProposer:
 PRICE_EVERY = 64  # context tokens between two pricings of copies against the cost curve
 
 
-class LookupProposer:
+class LookupProposer(Proposer):
     """Context lookup: the continuation of the latest earlier occurrence of the text just written,
     as long as the match runs deep (engine/decode/lookup.py). A copy has no distribution of its
     own: at T > 0 it is verified by speculative sampling with q one-hot on each copied token,
     which keeps the output distributed as AR's."""
 
     source = LOOKUP
-    needs_taps = False
-
     def __init__(self, prompt_ids: list[int], vocab_size: int, sampler: Sampler):
         self.index = LookupIndex()
         self.index.extend(list(prompt_ids))
@@ -115,9 +90,6 @@ class LookupProposer:
         if match_depth not in self.caps:
             self.caps[match_depth] = copy_cap(self.verify_ms, match_depth, LOOKUP_MAX_DRAFT)
         return self.caps[match_depth]
-
-    def prefill(self) -> None:
-        """The prompt is in the index already."""
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         self.index.extend(list(committed))
@@ -151,7 +123,7 @@ class LookupProposer:
         return Proposal(drafts, logq, None, source=self.source)
 
 
-class LookupThenDrafter:
+class LookupThenDrafter(Proposer):
     """DFlash rounds that verify a copied span instead of the drafter's block where the copy is worth
     it. A copy is considered where it runs deep (at least lookup.LONG_FROM tokens already agree) or,
     shallower, while this run's shallow copies have committed at least as much as the drafter's
@@ -189,9 +161,6 @@ class LookupThenDrafter:
         self.deep = False  # this round had a deep copy in reach
         self.flowing = False  # the last round verified a long copy and accepted all of it
         self.probe: Optional[tuple[list[int], list[int]]] = None  # plain steps: a shallow copy, what followed
-
-    def prefill(self) -> None:
-        """Neither runs anything of its own over the prompt."""
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         """What each proposal would have committed is its common prefix with what was, plus one (a
@@ -308,15 +277,13 @@ class LookupThenDrafter:
         return self.drafter.context_width()
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """Classic draft-model speculation: a small AR model of the target's tokenizer drafts a few tokens
     one by one (sampled from its own distribution at T > 0, whose log-probs acceptance uses). Its own
     KV cache follows the committed text: after a round it is trimmed back to the accepted drafts, and
     a last draft accepted but never fed to it is fed before the next."""
 
     source = DRAFT_MODEL
-    needs_taps = False
-
     def __init__(self, draft, prompt_ids: list[int], num_draft: int, vocab_size: int, sampler: Sampler):
         from mlx_lm.models.cache import make_prompt_cache
 
@@ -346,9 +313,6 @@ class DraftModelProposer:
             self.unfed.append(committed[accepted - 1])
         self.fed_drafts = 0
 
-    def record(self, proposal: Proposal, accepted: int) -> None:
-        """How the round went (nothing to learn here)."""
-
     def propose(self, anchor: int, length: int, position: int, room: int) -> Proposal:
         n = min(self.num_draft, length - 1)
         if n < 1:
@@ -373,9 +337,6 @@ class DraftModelProposer:
         # its logits, for the round's tables (lazy: computed only when a run asks for them)
         return Proposal(tokens, q, _to_vocab(mx.stack(rows), self.vocab_size), source=self.source)
 
-    def context_width(self) -> int:
-        return 0
-
 
 def _to_vocab(rows: mx.array, vocab_size: int) -> mx.array:
     """A draft model's rows widened to the target's vocabulary (a smaller one: -inf for the rest)."""
@@ -383,7 +344,8 @@ def _to_vocab(rows: mx.array, vocab_size: int) -> mx.array:
     return rows if short <= 0 else mx.concatenate([rows, mx.full((rows.shape[0], short), -mx.inf)], axis=-1)
 
 
-def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler, prompt_ids: list[int]):
+def make_proposer(pair: LoadedPair, settings: GenerationSettings, sampler: Sampler,
+                  prompt_ids: list[int]) -> Proposer:
     """The proposer a run's settings ask for."""
     if settings.mode == "draft-model":
         from engine.models.draft_model import draft_model_for

@@ -1,8 +1,8 @@
 """Speculative decoding: a proposer drafts, the target verifies, one round at a time.
 
 `SpeculativeDecoder.round()` reads top to bottom as mlx-lm's generate_step does: propose, verify,
-accept, roll back, commit. Who proposes is a proposer (engine/decode/proposers.py: the DFlash
-drafter); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
+accept, roll back, commit. Who proposes is a Proposer (engine/decode/proposer_base.py:
+the drafter, lookup or a draft model); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
 acceptance is engine/decode/acceptance.py's; rollback engine/decode/rollback.py's. With
 --block-size auto a controller picks each round's length (engine/decode/verify_length.py) and,
 where drafting does not pay, runs plain steps in pipelined stretches.
@@ -78,9 +78,7 @@ class SpeculativeDecoder(Decoder):
         except CalibrationCancelled:
             return False
         self.verify_length = VerifyLengthController(curve, self.block)
-        price = getattr(self.proposer, "price_copies", None)  # --lookup: copies as long as they pay here
-        if price is not None:
-            price(curve)
+        self.proposer.price_copies(curve)  # --lookup: copies as long as they pay here
         return True
 
     def prefill(self):
@@ -115,8 +113,7 @@ class SpeculativeDecoder(Decoder):
 
     def copy_ready(self) -> bool:
         """Whether the proposer has a copy worth verifying now (--lookup; never without it)."""
-        ready = getattr(self.proposer, "copy_ready", None)
-        return ready is not None and ready()
+        return self.proposer.copy_ready()
 
     @property
     def keeps_taps(self) -> bool:
@@ -177,40 +174,27 @@ class SpeculativeDecoder(Decoder):
             source=proposal.source if drafted else None, choice=proposal.choice)
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
-        """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is:
-        the next forward is queued before this token is read. Taps are kept for the drafter; there
-        is nothing to roll back. The last token is never fed: it is the next round's anchor.
+        """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is
+        (Decoder.plain_tokens): the next forward is queued before this token is read. Taps are kept
+        for the drafter; there is nothing to roll back. The last token is never fed: it is the next round's anchor.
         With lookup on, a copy worth verifying (the proposer's copy_ready) ends the stretch: a copy
         is where auto's plain steps lose most against a round. The step already queued when the
         copy shows is still taken (one more plain token, then the round) rather than waited for:
         reading each token before queuing the next forward cost every plain step its overlap with
         the next one's graph building."""
-        model, cache, ranks = self.pair.target, self.cache, self.pair.ranks
         n = min(n, self.out.remaining)
         start = self.position  # decode() moves self.position on as each step's event is taken
-        watch = hasattr(self.proposer, "copy_ready")  # --lookup: DFlash rounds that take copies
         ending = False  # a copy showed: the step queued then is the stretch's last
 
-        def step(token: mx.array) -> tuple[mx.array, mx.array]:
-            with self.taps.capture():
-                logits = model(token.reshape(1, 1), cache=cache)[0, -1]
-            nxt, taps = from_root(self.sampler.sample(logits), ranks), self.taps.concatenated()
-            mx.async_eval(nxt, taps)
-            return nxt, taps
+        def more(i: int) -> bool:  # whether step i + 1 is queued before token i is read
+            return i + 1 < n and not ending
 
-        queued = step(mx.array(anchor))
         t0 = time.perf_counter()
-        for i in range(n):
-            token_array, taps = queued
-            more = i + 1 < n and not ending
-            if more:
-                queued = step(token_array)
-            token = int(token_array.item())
+        for i, (token, taps) in enumerate(self.plain_tokens(mx.array(anchor), more, taps=True)):
             committed, _ = self.out.add_many([token])
             self.proposer.observe(committed, taps)
-            if watch:
-                self.proposer.stepped(committed)
-            if more and watch and self.copy_ready():
+            self.proposer.stepped(committed)
+            if more(i) and self.copy_ready():
                 ending = True
             self.verify_length.skipped()
             t1 = time.perf_counter()
@@ -219,5 +203,5 @@ class SpeculativeDecoder(Decoder):
                              verify_ms=round((t1 - t0) * 1000.0, 4), rollback_ms=0.0, t=t1 - self.t_first,
                              generated=len(self.out.tokens), verified=1)
             anchor, t0 = token, t1
-            if not more or self.out.stop_reason is not None or self.cancel.cancelled:
+            if self.out.stop_reason is not None:
                 return
