@@ -17,7 +17,7 @@ from typing import Iterator, Optional
 
 import engine  # noqa: F401  (loads the optimised BLAS before MLX)
 from engine.decode.events import ENDED_AT_ONCE, NOT_TIMED
-from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT
+from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, TREE_BY_DEFAULT
 from engine.errors import DFlashError
 from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
@@ -74,7 +74,14 @@ def _settings(args, mode: str):
         lookup=LOOKUP_BY_DEFAULT if getattr(args, "lookup", None) is None else args.lookup,
         draft_model=getattr(args, "draft_model", None),
         num_draft=DEFAULTS.num_draft if getattr(args, "num_draft", None) is None else args.num_draft,
+        **tree_settings(getattr(args, "tree", None), mode),
     )
+
+
+def tree_settings(given, mode: str) -> dict:
+    """--tree as the settings' fields (None: not given: the default, for DFlash runs)."""
+    tree = (TREE_BY_DEFAULT if mode == "dflash" else 0) if given is None else given
+    return {"tree": 0, "tree_auto": True} if tree == "auto" else {"tree": tree, "tree_auto": False}
 
 
 def draft_sink(args) -> int:

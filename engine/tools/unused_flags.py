@@ -12,7 +12,8 @@ import sys
 from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError, SettingsError
 
-DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup"}  # the runs (modes and race methods) a DFlash drafter drafts
+# the runs (modes and race methods) a DFlash drafter drafts
+DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup", "dflash-tree"}
 
 
 def notes(args, runs: set[str], race: bool = False) -> list[str]:
@@ -35,6 +36,10 @@ def notes(args, runs: set[str], race: bool = False) -> list[str]:
         said.append("--lookup/--no-lookup is not used: " + (
             "each method says whether it looks up (dflash, dflash+lookup)." if race else
             "only --mode dflash takes it (--mode lookup always looks up)."))
+    tree = getattr(args, "tree", None)
+    if tree not in (None, 0) and ("dflash-tree" not in runs if race else "dflash" not in runs):
+        said.append("--tree is not used: " + ("only the dflash-tree method in --methods verifies a tree." if race
+                                              else "only --mode dflash verifies a tree."))
     if not runs & DRAFTERS:
         if getattr(args, "drafter", None) is not None:
             said.append("--drafter is not used: no run here drafts with a DFlash drafter.")

@@ -38,6 +38,16 @@ def greedy_walk(tree: DraftTree, choice: Sequence[int]) -> tuple[list[int], int]
         path.append(nxt)
 
 
+def leftmost_leaf(tree: DraftTree, node: int) -> int:
+    """The leaf reached from `node` by first children (the best-ranked continuation past a path's end)."""
+    first = {}
+    for child in range(len(tree) - 1, 0, -1):
+        first[int(tree.parents[child])] = child
+    while node in first:
+        node = first[node]
+    return node
+
+
 def sampled_candidates(logq: mx.array, k: int, key: mx.array) -> np.ndarray:
     """(D, k) token ids: per row, k draws without replacement from softmax(logq), in draw order
     (the Gumbel top-k trick: the k largest of logq + Gumbel noise, descending)."""

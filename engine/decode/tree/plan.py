@@ -1,0 +1,122 @@
+"""Which tree a DFlash round verifies: its candidates from the drafter, its size from --tree N or,
+with --tree auto, from the cost curve.
+
+Candidates per depth: a v1 drafter's head top-k (`ranked_candidates`); a DFlash2 drafter's selector
+candidates, ranked by the selector's scores. Those scores condition each position on the greedy
+chain's previous pick (the selector walks left to right), so they are exact along the chain only;
+a node off the chain is scored as if its parent were the chain's token at that depth.
+
+--tree auto prices a round as the chain's auto verify length does (committed tokens per ms of
+draft and verify from the cost curve at the round's depth), each node valued at exp(its summed
+log-prob from the root), scaled by what this run accepted of such nodes: one rate for the chain's
+nodes, one for the nodes off it (second choices). Best-first insertion makes every prefix of the
+tree's nodes the best tree of that size, so each size is one cumulative sum; the chain's lengths
+are priced the same way, and the round verifies the chain where no tree beats it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+from engine.decode.curve import CostCurve
+from engine.decode.proposal import Proposal
+from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
+
+WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
+DECAY = 0.97  # weight of a round's evidence after each newer round (as the chain's auto: ~30 rounds)
+PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's probabilities as they are)
+
+
+def candidates(proposal: Proposal, width: int = WIDTH) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log-probs) (D, K) per depth, best first, from a drafter's proposal."""
+    s = proposal.selection
+    if s is None:
+        return ranked_candidates(proposal.logits, width)
+    logq = s.scores.astype(mx.float32)
+    logq = logq - mx.logsumexp(logq, axis=-1, keepdims=True)
+    order = mx.argsort(-logq, axis=-1)
+    ids, logq = mx.take_along_axis(s.candidates, order, axis=-1), mx.take_along_axis(logq, order, axis=-1)
+    mx.eval(ids, logq)
+    return np.array(ids, dtype=np.int64), np.array(logq, dtype=np.float64)
+
+
+def first_nodes(tree: DraftTree, n: int) -> DraftTree:
+    """The tree of its first n draft nodes (parents come before children: still a tree)."""
+    k = n + 1
+    return DraftTree(tree.tokens[:k], tree.parents[:k], tree.depths[:k], tree.logq[:k], tree.scores[:k],
+                     tree.ranks[:k])
+
+
+def on_chain(tree: DraftTree) -> np.ndarray:
+    """Per node: whether it is on the greedy chain (rank 0 all the way from the root)."""
+    chain = np.zeros(len(tree), dtype=bool)
+    chain[0] = True
+    for node in range(1, len(tree)):
+        chain[node] = tree.ranks[node] == 0 and chain[tree.parents[node]]
+    return chain
+
+
+class TreePlanner:
+    """A round's tree (or None: the chain) from the drafter's proposal; `budget` draft nodes, or auto."""
+
+    def __init__(self, budget: int, auto: bool):
+        self.budget, self.auto = budget, auto
+        self.curve: Optional[CostCurve] = None
+        # decayed evidence per kind of node [chain, off the chain]: accepted nodes, and expected ones
+        self.accepted = [0.0, 0.0]
+        self.expected = [0.0, 0.0]
+        self.last: Optional[DraftTree] = None  # --tree auto: the last round's tree before it was sized
+
+    def price(self, curve: CostCurve) -> None:
+        self.curve = curve
+
+    def rates(self) -> tuple[float, float]:
+        """What this run accepted of the nodes it verified, per expected one: on the chain, off it."""
+        return tuple((a + PRIOR) / (e + PRIOR) for a, e in zip(self.accepted, self.expected))
+
+    def plan(self, anchor: int, proposal: Proposal, position: int) -> tuple[Optional[DraftTree], int]:
+        """(the round's tree, or None for the chain; the chain's drafts to verify then). `proposal`
+        holds the drafter's block, evaluated here."""
+        ids, logq = candidates(proposal)
+        depth = ids.shape[0]
+        if not self.auto or self.curve is None:
+            return build_tree(anchor, ids, logq, self.budget or depth), depth
+        curve = self.curve.at(position)
+        most = min(len(curve.verify_ms) - 1, self.budget or depth * ids.shape[1])
+        tree = self.last = build_tree(anchor, ids, logq, most)
+        chain = on_chain(tree)
+        main, side = self.rates()
+        value = np.exp(tree.scores.astype(np.float64)) * np.where(chain, main, side)
+        value[0] = 1.0  # the round's own token (bonus or correction)
+        cost = np.array(curve.verify_ms[: len(tree)]) + (curve.draft_ms or 0.0)
+        tree_per_ms = np.cumsum(value) / cost
+        chain_value = np.cumsum(value[chain])
+        chain_per_ms = chain_value / cost[: chain_value.shape[0]]
+        n = int(np.argmax(tree_per_ms))
+        if tree_per_ms[n] <= chain_per_ms.max() or chain[: n + 1].all():
+            return None, int(np.argmax(chain_per_ms))
+        return first_nodes(tree, n), depth
+
+    def record(self, tree: Optional[DraftTree], path: list[int], chain_drafts: int = 0) -> None:
+        """A round's outcome: the tree it verified and the nodes accepted; a chain's round (tree None)
+        verified the first `chain_drafts` drafts of the last tree planned's chain, and accepted
+        len(path) - 1 of them."""
+        if tree is None:
+            if self.last is not None:
+                keep = np.flatnonzero(on_chain(self.last))[1 : chain_drafts + 1]
+                self._add(0, float(np.exp(self.last.scores[keep].astype(np.float64)).sum()), len(path) - 1)
+            return
+        chain = on_chain(tree)
+        expected = np.exp(tree.scores.astype(np.float64))[1:]
+        hit = np.zeros(len(tree), dtype=bool)
+        hit[path[1:]] = True
+        for i, kind in enumerate((chain[1:], ~chain[1:])):
+            self._add(i, float(expected[kind].sum()), float(hit[1:][kind].sum()))
+
+    def _add(self, kind: int, expected: float, accepted: float) -> None:
+        """One round's evidence for a kind of node (0: on the chain, 1: off it)."""
+        self.expected[kind] = self.expected[kind] * DECAY + expected
+        self.accepted[kind] = self.accepted[kind] * DECAY + accepted

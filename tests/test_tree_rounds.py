@@ -1,0 +1,192 @@
+"""Draft trees in the round loop (--tree): lossless at T = 0 on the tiny families and the demo pairs,
+with lookup on and off, fixed and auto verify length, a fixed budget and --tree auto; each tree
+round's event carries its tree; settings a tree cannot serve are refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.decode.events import RoundEvent, from_dict, to_dict
+from engine.decode.prompts import encode_prompt
+from engine.decode.settings import MAX_TREE, GenerationSettings, SamplingSettings
+from engine.errors import SettingsError
+from engine.models.demo import demo_pairs, sample_prompt
+from engine.models.pair import load_pair
+from engine.tools.parity import run_parity
+
+from conftest import PROMPTS
+from helpers import run
+from test_parity import assert_lossless
+
+TREES = [dict(tree=3), dict(tree=12, lookup=True), dict(tree=8, auto=True, lookup=True),
+         dict(tree_auto=True, auto=True, lookup=True), dict(tree_auto=True, block_size=4)]
+
+
+def _check_tree_rounds(rounds: list[RoundEvent], budget: int = MAX_TREE) -> list[RoundEvent]:
+    """The tree rounds, each checked: its tree's nodes, the committed tokens the accepted path's."""
+    trees = [r for r in rounds if r.tree_parents]
+    for r in trees:
+        n = len(r.tree_parents)
+        assert r.verified == n and r.tree_tokens[0] == r.anchor
+        assert len(r.tree_tokens) == len(r.tree_scores) == len(r.tree_ranks) == n
+        path = r.tree_path
+        assert all(r.tree_parents[b] == a for a, b in zip(path, path[1:]))
+        assert r.accepted == len(path) - 1
+        assert r.committed == ([r.tree_tokens[i] for i in path[1:]] + [r.bonus])[: len(r.committed)]
+        assert r.drafted[: r.accepted] == [r.tree_tokens[i] for i in path[1:]]
+        if not any(rank == -1 for rank in r.tree_ranks):  # no copy grafted: the budget bounds it
+            assert n - 1 <= budget
+    return trees
+
+
+@pytest.mark.parametrize("dirs", ["qwen3_tied_dirs", "llama_dirs", "sliding_dirs"])
+@pytest.mark.parametrize("settings", TREES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_tree_rounds_give_ar_output(dirs, settings, request):
+    pair = load_pair(*request.getfixturevalue(dirs))
+    assert_lossless(pair, PROMPTS[:2], **settings)
+    _, rounds = run(pair, PROMPTS[0], max_tokens=32, **settings)
+    trees = _check_tree_rounds(rounds, settings.get("tree", MAX_TREE))
+    if not settings.get("tree_auto"):  # a fixed budget: every drafter round is a tree
+        assert trees and all(r.tree_parents for r in rounds if r.source == "drafter")
+
+
+def test_trees_copied_from_the_context_stay_lossless(alternating_dirs, oracle_ids):
+    """The alternating oracle: once its output repeats, a copy is grafted into the tree as a branch
+    deeper than the block, and the rounds accept down it."""
+    pair = load_pair(*alternating_dirs)
+    ids = [7, 8, oracle_ids[0]]
+    ar, _ = run(pair, ids, mode="ar", max_tokens=80)
+    tree, rounds = run(pair, ids, max_tokens=80, tree=6, lookup=True)
+    assert tree.token_ids == ar.token_ids
+    grafted = [r for r in _check_tree_rounds(rounds) if -1 in r.tree_ranks]
+    assert grafted and max(r.accepted for r in grafted) > pair.drafter.cfg.block_size - 1
+
+
+@pytest.mark.parametrize("target,drafter", demo_pairs()[:2], ids=[d.name for _, d in demo_pairs()[:2]])
+def test_demo_pair_trees_are_lossless_and_take_second_choices(target, drafter):
+    pair = load_pair(target, drafter)
+    ids = encode_prompt(pair.tokenizer, sample_prompt(target), chat=False)
+    for settings in (dict(tree=15), dict(tree_auto=True, auto=True, lookup=True)):
+        result = run_parity(pair, ids, GenerationSettings(max_tokens=64, **settings))
+        assert result.identical, (settings, result.first_divergence, result.margin_at_divergence)
+    _, rounds = run(pair, ids, max_tokens=64, tree=15)
+    trees = _check_tree_rounds(rounds, 15)
+    # a second choice on an accepted path: a round the chain would have ended earlier
+    assert any(any(r.tree_ranks[i] > 0 for i in r.tree_path) for r in trees)
+
+
+def test_a_tree_round_survives_its_trace(qwen3_pair):
+    _, rounds = run(qwen3_pair, PROMPTS[1], max_tokens=16, tree=5)
+    event = next(r for r in rounds if r.tree_parents)
+    assert from_dict(to_dict(event)) == event
+    broken = to_dict(event) | {"tree_path": [0, 0]}
+    with pytest.raises(ValueError, match="accepted tree path is not a walk down from the root"):
+        from_dict(broken)
+    uneven = to_dict(event) | {"tree_tokens": event.tree_tokens[:-1]}
+    with pytest.raises(ValueError, match="different numbers of nodes"):
+        from_dict(uneven)
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(tree=MAX_TREE + 1), f"tree {MAX_TREE + 1} is outside 0..{MAX_TREE} draft nodes"),
+    (dict(tree=-1), "tree -1 is outside"),
+    (dict(tree=4, block_size=1), "--tree needs a block of at least 2"),
+    (dict(tree=4, sampling=SamplingSettings(temperature=0.7)), "--tree verifies at temperature 0 only"),
+])
+def test_settings_a_tree_cannot_serve_are_refused(qwen3_pair, settings, message):
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        GenerationSettings(**settings).resolved(qwen3_pair)
+
+
+def test_other_modes_leave_the_tree_out(qwen3_pair):
+    assert not GenerationSettings(mode="ar", tree=8).resolved(qwen3_pair).uses_tree
+    assert not GenerationSettings(mode="lookup", tree_auto=True).resolved(qwen3_pair).uses_tree
+
+
+def test_a_hybrid_target_is_refused_by_name(models_root, tokenizer_dir):
+    from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
+
+    target = models_root / "tree-rounds-hybrid-target"
+    if not target.exists():
+        write_hybrid_target(target, tokenizer_dir, "qwen3_5", seed=3)
+        write_hybrid_drafter(models_root / "tree-rounds-hybrid-drafter", target)
+    pair = load_pair(target, models_root / "tree-rounds-hybrid-drafter")
+    refused = r"--tree needs an attention-only target .*ArraysCache \(recurrent GatedDeltaNet"
+    with pytest.raises(SettingsError, match=refused):
+        GenerationSettings(tree=4).resolved(pair)
+
+
+def test_auto_keeps_the_chain_where_second_choices_never_pay(qwen3_pair):
+    """--tree auto's pricing: with every second choice rejected so far, the chain; with them accepted
+    as often as the drafter says, a tree, on the same drafts and cost curve."""
+    import mlx.core as mx
+
+    from engine.decode.curve import CostCurve
+    from engine.decode.proposal import Proposal
+    from engine.decode.tree.plan import TreePlanner
+
+    rng = np.random.default_rng(0)
+    logits = mx.array(rng.normal(size=(7, 50)).astype(np.float32) * 0.5)  # unsure: second choices likely
+    flat = CostCurve("t", "cpu", "none", 8, 1, ar_step_ms=1.0, verify_ms=[1.0 + 0.01 * i for i in range(8)],
+                     draft_ms=1.0, measured_at=0.0)
+    planner = TreePlanner(0, auto=True)
+    planner.price(flat)
+    tree, _ = planner.plan(1, Proposal(mx.argmax(logits, -1), None, logits), 32)
+    assert tree is not None and any(tree.ranks > 0)
+    planner.expected, planner.accepted = [10.0, 50.0], [10.0, 0.0]  # chain as predicted, no second choice
+    tree, drafts = planner.plan(1, Proposal(mx.argmax(logits, -1), None, logits), 32)
+    assert tree is None and drafts >= 1
+
+
+def test_the_command_line_takes_a_budget_or_auto(qwen3_tied_dirs, capsys):
+    from app.cli import main as cli
+    from engine.decode.settings import TREE_BY_DEFAULT
+    from engine.tools.cli import _settings
+    from engine.tools.cli_parser import build_parser
+
+    parser = build_parser()
+    for command in (["generate", "--prompt", "x"], ["parity", "--prompt", "x"], ["bench", "--prompts", "p.jsonl"]):
+        given = _settings(parser.parse_args(command + ["--tree", "8"]), "dflash")
+        assert (given.tree, given.tree_auto) == (8, False)
+        assert _settings(parser.parse_args(command + ["--tree", "auto"]), "dflash").tree_auto is True
+        default = _settings(parser.parse_args(command), "dflash")
+        auto = TREE_BY_DEFAULT == "auto"
+        assert (default.tree_auto, default.tree) == ((True, 0) if auto else (False, TREE_BY_DEFAULT))
+    t, d = qwen3_tied_dirs
+    run = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", "x", "--max-tokens", "4"]
+    for extra, words in ((["--tree", "99"], f"tree 99 is outside 0..{MAX_TREE} draft nodes"),
+                         (["--tree", "4", "--temperature", "0.5"], "--tree verifies at temperature 0 only")):
+        assert cli(run + extra) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
+    with pytest.raises(SystemExit):  # argparse's own exit, one line too
+        cli(run + ["--tree", "many"])
+    err = capsys.readouterr().err
+    assert "'many' is not a whole number or 'auto'" in err and err.count("\n") == 1
+    assert cli(run + ["--mode", "ar", "--tree", "4"]) == 0
+    assert "--tree is not used: only --mode dflash verifies a tree" in capsys.readouterr().err
+
+
+def test_bench_races_the_tree_beside_the_chain(qwen3_tied_dirs, tmp_path, capsys):
+    import json
+
+    from app.cli import main
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "import json\\n\\nclass Decoder:\\n"}\n'
+                       '{"prompt": "x = [1, 2, 3]\\ny = [1, 2, 3]\\n"}\n')
+    t, d = qwen3_tied_dirs
+    args = ["bench", "--target", str(t), "--drafter", str(d), "--prompts", str(prompts), "--max-tokens", "12", "--raw",
+            "--methods", "dflash+lookup,dflash-tree", "--tree", "6", "--block-size", "8"]
+    assert main(args + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    tree, chain = result["methods"]["dflash-tree"], result["methods"]["dflash+lookup"]
+    assert tree["identical"] is True and tree["verdict"] == "identical"
+    assert tree["mean_verified"] is not None and tree["verify_ms"] is not None
+    assert result["tree_vs_chain"]["tau"] == round(tree["mean_acceptance_length"] / chain["mean_acceptance_length"], 4)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "dflash-tree against dflash+lookup:" in out and "verify per round:" in out
+    assert main(args[:-4] + ["--methods", "dflash", "--tree", "6"]) == 0
+    assert "--tree is not used: only the dflash-tree method in --methods verifies a tree" in capsys.readouterr().err
