@@ -56,9 +56,11 @@ class DrafterProposer(Proposer):
         mx.async_eval(proposal.drafts, proposal.logq, [c.state for c in self.cache])
         self.pending = []
         if self.trees is not None:
-            proposal.tree, drafts = self.trees.plan(anchor, proposal, position)
-            if proposal.tree is None:  # --tree auto: the chain pays more this round, `drafts` long
-                proposal.drafts, proposal.logits = proposal.drafts[:drafts], proposal.logits[:drafts]
+            key = None if self.sampler.s.greedy else self.sampler.next_key()
+            proposal.tree, n = self.trees.plan(anchor, proposal, position, key)
+            if proposal.tree is None:  # --tree auto: the chain pays more this round, n drafts long
+                proposal.drafts, proposal.logits = proposal.drafts[:n], proposal.logits[:n]
+                proposal.logq = proposal.logq[:n] if proposal.logq is not None else None
         return proposal
 
     def price_copies(self, curve: CostCurve) -> None:

@@ -118,17 +118,14 @@ class GenerationSettings:
         return bool(self.tree or self.tree_auto)
 
     def tree_checked(self, pair, block: int) -> "GenerationSettings":
-        """The tree settings checked against the run: a tree needs a drafter's block of depth, greedy
-        or sampled decoding over an attention-only target (a SettingsError saying why not)."""
+        """The tree settings checked against the run: a tree needs a drafter's block of depth and an
+        attention-only target (a SettingsError saying why not). Every sampling setting can use one."""
         if not 0 <= self.tree <= MAX_TREE:
             raise SettingsError(f"tree {self.tree} is outside 0..{MAX_TREE} draft nodes (0 verifies the chain).")
         if not self.uses_tree:
             return self
         if block < 2:
             raise SettingsError("--tree needs a block of at least 2 (a block of 1 drafts nothing to branch).")
-        if not self.sampling.greedy:
-            raise SettingsError("--tree verifies at temperature 0 only for now; at T > 0 leave --tree out "
-                                "(the chain's speculative sampling is exact).")
         from mlx_lm.models.cache import KVCache
 
         from engine.models.target import make_target_cache

@@ -5,7 +5,8 @@ accept, roll back, commit. Who proposes is a Proposer (engine/decode/proposer_ba
 the drafter, lookup or a draft model); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
 acceptance is engine/decode/acceptance.py's; rollback engine/decode/rollback.py's. With
 --block-size auto a controller picks each round's length (engine/decode/verify_length.py) and,
-where drafting does not pay, runs plain steps in pipelined stretches.
+where drafting does not pay, runs plain steps in pipelined stretches. With --tree a round verifies
+a draft tree instead of a chain (`tree_round`; engine/decode/tree/).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.decode.tree.verify import compact, tree_forward
-from engine.decode.tree.walk import greedy_walk, leftmost_leaf
+from engine.decode.tree.walk import greedy_walk, leftmost_leaf, sampled_walk
 from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
 from engine.runtime.distributed import from_root
@@ -186,12 +187,14 @@ class SpeculativeDecoder(Decoder):
         taps = self.taps.capture(self.keeps_taps)
         with taps:
             logits = tree_forward(self.pair.target, self.cache, tree)
-        choice = from_root(mx.argmax(logits, axis=-1), self.pair.ranks)
+        greedy = self.sampler.s.greedy
+        choice = from_root(mx.argmax(logits, axis=-1) if greedy else logits, self.pair.ranks)
         rec.mark("built")
         rec.mark("drafted")  # the tree was built from the evaluated drafts: their wait is draft time
         taps = self.taps.concatenated() if self.keeps_taps else None
         mx.eval(choice, taps)
-        path, bonus = greedy_walk(tree, choice.tolist())
+        path, bonus = greedy_walk(tree, choice.tolist()) if greedy else sampled_walk(self.sampler, tree, choice,
+                                                                                     proposal.logq)
         line = tree.path_to(leftmost_leaf(tree, path[-1]))
         drafted, accepted = tree.tokens[line[1:]].tolist(), len(path) - 1
         table_fields = {}
@@ -212,8 +215,9 @@ class SpeculativeDecoder(Decoder):
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)
         proposal.path = path
         self.proposer.record(proposal, accepted)
-        if self.verify_length is not None:
-            self.verify_length.record(len(drafted), accepted)
+        if self.verify_length is not None:  # a line down a grafted copy can run past the block
+            n = min(len(drafted), self.verify_length.block - 1)
+            self.verify_length.record(n, min(accepted, n))
         return rec.event(
             t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
             drafted=drafted, accepted=accepted, bonus=bonus,

@@ -24,15 +24,24 @@ import numpy as np
 from engine.decode.curve import CostCurve
 from engine.decode.proposal import Proposal
 from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
+from engine.decode.tree.walk import sampled_candidates
 
 WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
 DECAY = 0.97  # weight of a round's evidence after each newer round (as the chain's auto: ~30 rounds)
 PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's probabilities as they are)
 
 
-def candidates(proposal: Proposal, width: int = WIDTH) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, log-probs) (D, K) per depth, best first, from a drafter's proposal."""
+def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log-probs) (D, K) per depth, best first, from a drafter's proposal. At T > 0 (`key`) the
+    log-probs are still the ranked ones, which shape the tree, but the ids are K draws without
+    replacement from the distribution the drafts were sampled from (walk.sampled_candidates): what
+    the rejection sampling over siblings needs to stay exact."""
     s = proposal.selection
+    if key is not None:
+        width = s.candidates.shape[-1] if s is not None else width
+        _, logq = ranked_candidates(proposal.logq, width)
+        return sampled_candidates(proposal.logq, width, key), logq
     if s is None:
         return ranked_candidates(proposal.logits, width)
     logq = s.scores.astype(mx.float32)
@@ -77,10 +86,12 @@ class TreePlanner:
         """What this run accepted of the nodes it verified, per expected one: on the chain, off it."""
         return tuple((a + PRIOR) / (e + PRIOR) for a, e in zip(self.accepted, self.expected))
 
-    def plan(self, anchor: int, proposal: Proposal, position: int) -> tuple[Optional[DraftTree], int]:
+    def plan(self, anchor: int, proposal: Proposal, position: int, key: Optional[mx.array] = None
+             ) -> tuple[Optional[DraftTree], int]:
         """(the round's tree, or None for the chain; the chain's drafts to verify then). `proposal`
-        holds the drafter's block, evaluated here."""
-        ids, logq = candidates(proposal)
+        holds the drafter's block, evaluated here; `key` (T > 0) draws the tree's tokens. The tree's
+        shape and whether it is verified at all depend on the drafter's scores, never on the draws."""
+        ids, logq = candidates(proposal, key)
         depth = ids.shape[0]
         if not self.auto or self.curve is None:
             return build_tree(anchor, ids, logq, self.budget or depth), depth
