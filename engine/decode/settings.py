@@ -44,6 +44,21 @@ TREE_BY_DEFAULT = 0
 MAX_TREE = 64  # draft nodes a round verifies at most (the verify's rows less the anchor)
 
 
+def tree_refusal(pair, block: int) -> Optional[str]:
+    """Why no draft tree can run with this pair and block (None: one can). Every sampling setting can."""
+    if block < 2:
+        return "needs a block of at least 2 (a block of 1 drafts nothing to branch)"
+    from mlx_lm.models.cache import KVCache
+
+    from engine.models.target import make_target_cache
+
+    kinds = {type(c).__name__ for c in make_target_cache(pair.target) if type(c) is not KVCache}
+    if kinds:
+        return (f"needs an attention-only target with plain KV caches; this one keeps {', '.join(sorted(kinds))} "
+                "(recurrent GatedDeltaNet layers would need their state per node)")
+    return None
+
+
 def draft_context_text(window: int, sink: int) -> str:
     """The draft window and sink in words (doctor, the window's tooltip)."""
     if not window:
@@ -118,24 +133,18 @@ class GenerationSettings:
         return bool(self.tree or self.tree_auto)
 
     def tree_checked(self, pair, block: int) -> "GenerationSettings":
-        """The tree settings checked against the run: a tree needs a drafter's block of depth and an
-        attention-only target (a SettingsError saying why not). Every sampling setting can use one."""
+        """The tree settings checked against the run: --tree N where no tree can run is a SettingsError
+        saying why; --tree auto there verifies the chain (`tree_refusal` says why: the CLI notes it)."""
+        from dataclasses import replace
+
         if not 0 <= self.tree <= MAX_TREE:
             raise SettingsError(f"tree {self.tree} is outside 0..{MAX_TREE} draft nodes (0 verifies the chain).")
-        if not self.uses_tree:
+        refusal = tree_refusal(pair, block) if self.uses_tree else None
+        if refusal is None:
             return self
-        if block < 2:
-            raise SettingsError("--tree needs a block of at least 2 (a block of 1 drafts nothing to branch).")
-        from mlx_lm.models.cache import KVCache
-
-        from engine.models.target import make_target_cache
-
-        kinds = {type(c).__name__ for c in make_target_cache(pair.target) if type(c) is not KVCache}
-        if kinds:
-            raise SettingsError(f"--tree needs an attention-only target with plain KV caches; this one keeps "
-                                f"{', '.join(sorted(kinds))} (recurrent GatedDeltaNet layers would need their "
-                                "state per node); leave --tree out.")
-        return self
+        if self.tree:
+            raise SettingsError(f"--tree {refusal}; leave --tree out.")
+        return replace(self, tree_auto=False)
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""

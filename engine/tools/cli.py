@@ -78,6 +78,17 @@ def _settings(args, mode: str):
     )
 
 
+def resolved_saying(settings, pair):
+    """settings.resolved(pair), with a note on stderr where --tree auto verifies the chain instead."""
+    from engine.decode.settings import tree_refusal
+
+    resolved = settings.resolved(pair)
+    if settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
+        print(f"note: --tree auto verifies the chain here: a draft tree {tree_refusal(pair, resolved.block_size)}.",
+              file=sys.stderr)
+    return resolved
+
+
 def tree_settings(given, mode: str) -> dict:
     """--tree as the settings' fields (None: not given: the default, for DFlash runs)."""
     tree = (TREE_BY_DEFAULT if mode == "dflash" else 0) if given is None else given
@@ -154,7 +165,7 @@ def cmd_generate(args) -> int:
     pair = _load(args, with_drafter=args.mode == "dflash")
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
-    settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
+    settings = resolved_saying(_settings(args, args.mode), pair)  # refused settings never reach the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
     with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
@@ -209,7 +220,7 @@ def cmd_parity(args) -> int:
     say_unused(args, {"ar", "dflash"})
     pair, text = _load(args), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
-    settings.resolved(pair)  # refused settings are refused before the trace is begun
+    resolved_saying(settings, pair)  # refused settings are refused before the trace is begun
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
         measure_cost_curves(pair, [settings])
@@ -249,6 +260,7 @@ def cmd_bench(args) -> int:
 
         others = [attach_drafter(pair, d) for d in args.compare_drafter]
     settings = _settings(args, "dflash")
+    resolved_saying(settings, pair)
     measure_cost_curves(pair, [settings])
     result = run_bench(pair, prompts, settings, args.repeats, progress, with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:
@@ -271,6 +283,8 @@ def _race(args, pair, prompts, methods, progress) -> int:
     from engine.tools.race import method_settings, print_race, run_race
 
     settings = _settings(args, "dflash")
+    if "dflash-tree" in methods:
+        resolved_saying(method_settings(settings, "dflash-tree"), pair)
     measure_cost_curves(pair, [method_settings(settings, m) for m in methods if m != "draft-model"])
     result = run_race(pair, prompts, settings, methods, args.repeats, progress, with_mlx_lm=args.with_mlx_lm)
     if args.json:
