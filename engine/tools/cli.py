@@ -23,7 +23,7 @@ from engine.runtime import distributed
 from engine.tools.bench_report import print_bench, print_block_sizes, print_curve
 from engine.tools.curve_progress import measure_cost_curves
 from engine.tools.run_summary import summary_line
-from engine.tools.unused_flags import check_bench_kind, say_unused
+from engine.tools.unused_flags import check_bench_kind, resolved_saying, say_unused
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
 
@@ -76,17 +76,6 @@ def _settings(args, mode: str):
         num_draft=DEFAULTS.num_draft if getattr(args, "num_draft", None) is None else args.num_draft,
         **tree_settings(getattr(args, "tree", None), mode),
     )
-
-
-def resolved_saying(settings, pair):
-    """settings.resolved(pair), with a note on stderr where --tree auto verifies the chain instead."""
-    from engine.decode.settings import tree_refusal
-
-    resolved = settings.resolved(pair)
-    if settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
-        print(f"note: --tree auto verifies the chain here: a draft tree {tree_refusal(pair, resolved.block_size)}.",
-              file=sys.stderr)
-    return resolved
 
 
 def tree_settings(given, mode: str) -> dict:

@@ -1,4 +1,4 @@
-"""Flags a command would take and then ignore are named before it runs: a flag accepted in silence
+"""Flags a command would take and then ignore (and a --tree auto that cannot run) are named before it runs: a flag accepted in silence
 reads as a setting that took effect (a QA pass found --num-draft beside --mode dflash, --draft-model
 in a bench without the draft-model method, --mode lookup --no-lookup, all run without a word).
 
@@ -71,3 +71,14 @@ def check_bench_kind(args) -> None:
     if args.compare_drafter and (args.methods or args.block_sizes):
         raise DFlashError("--compare-drafter belongs to the plain bench (AR against each drafter); leave it out "
                           f"of --{'methods' if args.methods else 'block-sizes'}.")
+
+
+def resolved_saying(settings, pair):
+    """settings.resolved(pair), with a note on stderr where --tree auto verifies the chain instead."""
+    from engine.decode.settings import tree_refusal
+
+    resolved = settings.resolved(pair)
+    if settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
+        print(f"note: --tree auto verifies the chain here: a draft tree {tree_refusal(pair, resolved.block_size)}.",
+              file=sys.stderr)
+    return resolved
