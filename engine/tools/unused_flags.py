@@ -1,6 +1,7 @@
 """Flags a command would take and then ignore (and a --tree auto that cannot run) are named before it
-runs: a flag accepted in silence reads as a setting that took effect (a QA pass found --num-draft beside --mode dflash, --draft-model
-in a bench without the draft-model method, --mode lookup --no-lookup, all run without a word).
+runs: a flag accepted in silence reads as a setting that took effect (a QA pass found --num-draft
+beside --mode dflash, --draft-model in a bench without the draft-model method, --mode lookup
+--no-lookup, all run without a word).
 
 A flag another mode would use is a note on stderr, not an error, so one command line can be rerun
 with another --mode; a flag that contradicts the run is an error."""
