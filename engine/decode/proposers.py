@@ -46,7 +46,8 @@ class DrafterProposer(Proposer):
         run still wants; the block's length already fits it.)"""
         if length <= 1:
             return no_drafts(self.source)
-        if self.trees is not None:
+        tree = self.trees is not None and self.trees.wants_tree(position)
+        if tree:
             length = min(self.block, room)  # a tree's depth: the whole block
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
@@ -55,7 +56,7 @@ class DrafterProposer(Proposer):
         proposal = propose(self.drafter, self.head, hidden[0, 1:], anchor, self.sampler)
         mx.async_eval(proposal.drafts, proposal.logq, [c.state for c in self.cache])
         self.pending = []
-        if self.trees is not None:
+        if tree:
             key = None if self.sampler.s.greedy else self.sampler.next_key()
             proposal.tree, n = self.trees.plan(anchor, proposal, position, key)
             if proposal.tree is None:  # --tree auto: the chain pays more this round, n drafts long
@@ -70,6 +71,8 @@ class DrafterProposer(Proposer):
     def record(self, proposal: Proposal, accepted: int) -> None:
         if self.trees is not None and proposal.source == DRAFTER and proposal.drafts.size:
             self.trees.record(proposal.tree, proposal.path or list(range(accepted + 1)), proposal.drafts.size)
+            rows = len(proposal.tree) if proposal.tree is not None else proposal.drafts.size + 1
+            self.trees.counted(proposal.tree is not None, accepted + 1, rows)
 
     def context_width(self) -> int:
         """Context positions the drafter attended to in its last draft: its widest layer's cache."""

@@ -29,6 +29,8 @@ from engine.decode.tree.walk import sampled_candidates
 WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
 DECAY = 0.97  # weight of a round's evidence after each newer round (as the chain's auto: ~30 rounds)
 PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's probabilities as they are)
+MIN_ROUNDS = 3  # --tree auto tries each kind of round (chain, tree) this often before it compares them
+TRY_EVERY = 8  # ...and then the kind that loses once every this many rounds
 
 
 def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
@@ -78,6 +80,49 @@ class TreePlanner:
         self.accepted = [0.0, 0.0]
         self.expected = [0.0, 0.0]
         self.last: Optional[DraftTree] = None  # --tree auto: the last round's tree before it was sized
+        # --tree auto, per kind of round [chain, tree]: decayed rounds, tokens committed, rows verified
+        self.rounds, self.tokens, self.rows = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+        self.since = 0  # rounds since the kind that lost was last tried
+
+    def wants_tree(self, position: int) -> bool:
+        """--tree auto, before the round drafts: whether to draft the whole block for a tree. A tree
+        round drafts the whole block and verifies its tree's rows, a chain round drafts and verifies
+        only auto's length: each kind's tokens a round (this run's) over its price on the curve at
+        this depth (draft and verify of its mean rows). The kind that loses is tried again now and
+        then (every TRY_EVERY rounds), and each is tried MIN_ROUNDS times first."""
+        tree = self._tree_pays(position)
+        if not tree:
+            self.last = None  # a chain round's evidence is not that tree's
+        return tree
+
+    def _tree_pays(self, position: int) -> bool:
+        if not self.auto or self.curve is None:
+            return True
+        if min(self.rounds) < MIN_ROUNDS:
+            return self.rounds[1] <= self.rounds[0]
+        curve = self.curve.at(position)
+        per_ms = []
+        for kind in (0, 1):
+            rows = max(1, min(len(curve.verify_ms), round(self.rows[kind] / self.rounds[kind])))
+            draft = (curve.draft_ms or 0.0) if kind else (curve.draft_by_length_ms or [0.0] * rows)[rows - 1]
+            per_ms.append(self.tokens[kind] / self.rounds[kind] / (draft + curve.verify_ms[rows - 1]))
+        best = int(per_ms[1] > per_ms[0])
+        self.since += 1
+        if self.since >= TRY_EVERY:
+            self.since = 0
+            return not best
+        return bool(best)
+
+    def counted(self, tree: bool, committed: int, rows: int) -> None:
+        """A drafting round of either kind: the tokens it committed and the rows it verified."""
+        kind = int(tree)
+        for i in (0, 1):
+            self.rounds[i] *= DECAY
+            self.tokens[i] *= DECAY
+            self.rows[i] *= DECAY
+        self.rounds[kind] += 1.0
+        self.tokens[kind] += committed
+        self.rows[kind] += rows
 
     def price(self, curve: CostCurve) -> None:
         self.curve = curve
