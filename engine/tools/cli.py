@@ -154,7 +154,7 @@ def cmd_generate(args) -> int:
     pair = _load(args, with_drafter=args.mode == "dflash")
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
-    settings = resolved_saying(_settings(args, args.mode), pair)  # refused settings never reach the trace
+    settings = resolved_saying(_settings(args, args.mode), pair, args.tree is not None)  # refused: never traced
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
     with _trace_writer(args, prompt, "the run") as writer:  # its partial file is checked before minutes of work
@@ -209,7 +209,7 @@ def cmd_parity(args) -> int:
     say_unused(args, {"ar", "dflash"})
     pair, text = _load(args), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
-    resolved_saying(settings, pair)  # refused settings are refused before the trace is begun
+    resolved_saying(settings, pair, args.tree is not None)  # refused settings are refused before the trace
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
         measure_cost_curves(pair, [settings])
@@ -249,7 +249,7 @@ def cmd_bench(args) -> int:
 
         others = [attach_drafter(pair, d) for d in args.compare_drafter]
     settings = _settings(args, "dflash")
-    resolved_saying(settings, pair)
+    resolved_saying(settings, pair, args.tree is not None)
     measure_cost_curves(pair, [settings])
     result = run_bench(pair, prompts, settings, args.repeats, progress, with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:

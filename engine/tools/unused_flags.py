@@ -74,12 +74,13 @@ def check_bench_kind(args) -> None:
                           f"of --{'methods' if args.methods else 'block-sizes'}.")
 
 
-def resolved_saying(settings, pair):
-    """settings.resolved(pair), with a note on stderr where --tree auto verifies the chain instead."""
+def resolved_saying(settings, pair, asked: bool = True):
+    """settings.resolved(pair), with a note on stderr where a --tree auto that was `asked` for (not the
+    default) verifies the chain instead."""
     from engine.decode.settings import tree_refusal
 
     resolved = settings.resolved(pair)
-    if settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
+    if asked and settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
         print(f"note: --tree auto verifies the chain here: a draft tree {tree_refusal(pair, resolved.block_size)}.",
               file=sys.stderr)
     return resolved
