@@ -37,6 +37,8 @@ METHOD_TIPS = {
     "lookup": "no drafter: where the text repeats the context, the target verifies the copied continuation",
     "dflash+lookup": "what a DFlash run does by default: auto verify length, and rounds that verify a copied "
                      "span of the context instead of the drafter's block where the text repeats it",
+    "dflash-tree": "DFlash+lookup verifying a draft tree each round: the drafter's second choices beside its "
+                   "chain in one forward, sized by the cost curve (--tree auto), a copy grafted as a branch",
     "draft-model": "classic speculation: a small autoregressive model with the target's tokenizer drafts "
                    "a few tokens one by one",
 }

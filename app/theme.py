@@ -57,9 +57,9 @@ PLOT_ROLLBACK = "#e5c07b"
 
 # The race's methods (engine/tools/race.py METHODS): their names in the window and throughput curves.
 METHOD_LABEL = {"ar": "AR", "dflash": "DFlash", "dflash-auto": "DFlash auto", "lookup": "lookup",
-                "dflash+lookup": "DFlash+lookup", "draft-model": "draft model"}
+                "dflash+lookup": "DFlash+lookup", "dflash-tree": "DFlash tree", "draft-model": "draft model"}
 PLOT_METHOD = {"ar": PLOT_AR, "dflash": PLOT_DFLASH, "dflash-auto": "#56b6c2", "lookup": "#e5c07b",
-               "dflash+lookup": "#d19a66", "draft-model": "#c678dd"}
+               "dflash+lookup": "#d19a66", "dflash-tree": "#e06c75", "draft-model": "#c678dd"}
 
 
 def apply_theme(app: QApplication) -> None:

@@ -88,8 +88,8 @@ def test_parity_command(qwen3_tied_dirs, capsys):
 def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS[:2]) + "\n")
-    out = run_json(capsys, ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw",
-                            "--max-tokens", "16", "--repeats", "2", "--block-size", "16", "--json"])
+    out = run_json(capsys, ["bench", *pair_args(qwen3_tied_dirs), "--prompts", str(prompts), "--raw",  # a chain
+                            "--max-tokens", "16", "--repeats", "2", "--block-size", "16", "--tree", "0", "--json"])
     assert len(out["per_prompt"]) == 2 and out["auto"] is False and out["block_size"] == 16
     for row in [out] + out["per_prompt"]:
         for key in ("ar_tok_s", "dflash_tok_s", "speedup", "mean_acceptance_length", "draft_ms", "verify_ms",

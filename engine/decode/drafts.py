@@ -24,6 +24,10 @@ class Proposal:
     selection: Any = None  # engine.models.drafter2.Selection for DFlash2
     source: str = "drafter"  # who proposed the drafts (engine/decode/proposers.py)
     choice: Optional[str] = None  # why these drafts and not a copy (or the block) in reach: --lookup's rounds
+    # --tree: the draft tree the round verifies instead of `drafts` (engine/decode/tree/); `drafts` then
+    # holds the drafter's whole block (the tree's candidates came from it)
+    tree: Any = None
+    path: Optional[list[int]] = None  # the tree's accepted nodes, set by the round loop once verified
 
 
 def propose(drafter, head, hidden: mx.array, anchor: int, sampler: Sampler) -> Proposal:

@@ -76,6 +76,16 @@ class RoundEvent:
     candidate_scores: list[list[float]] = field(default_factory=list)
     target_candidate_rank: list[int] = field(default_factory=list)
     plain_top: list[int] = field(default_factory=list)
+    # A draft tree's round (--tree; engine/decode/tree/): every node of the tree verified, node 0 the
+    # anchor. Per node its parent (-1 at the root), token, the drafter's summed log-prob from the root
+    # and its rank among the drafter's candidates at its depth (-1: a lookup copy's); `tree_path` the
+    # accepted nodes from the root. `drafted` then holds the tokens along the accepted path and on
+    # along first children to a leaf, so `accepted` counts the path's drafts. Empty for a chain's round.
+    tree_parents: list[int] = field(default_factory=list)
+    tree_tokens: list[int] = field(default_factory=list)
+    tree_scores: list[float] = field(default_factory=list)
+    tree_ranks: list[int] = field(default_factory=list)
+    tree_path: list[int] = field(default_factory=list)
     type: str = "round"
 
 
@@ -186,6 +196,19 @@ _CHECKS = {
 }
 
 
+def _check_tree(values: dict[str, Any]) -> None:
+    """A round's tree read back from a file: one entry per node in every field, each parent before its
+    child, and the accepted path a walk down from the root."""
+    parents, n, index = values["tree_parents"], len(values["tree_parents"]), values["index"]
+    if any(len(values.get(f, [])) != n for f in ("tree_tokens", "tree_scores", "tree_ranks")):
+        raise ValueError(f"round {index}'s tree fields hold different numbers of nodes")
+    if parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+        raise ValueError(f"round {index}'s tree has a node whose parent does not come before it")
+    path = values.get("tree_path", [])
+    if not path or path[0] != 0 or any(not 0 <= b < n or parents[b] != a for a, b in zip(path, path[1:])):
+        raise ValueError(f"round {index}'s accepted tree path is not a walk down from the root")
+
+
 def from_dict(data: dict[str, Any]) -> Event:
     """The event a record holds; ValueError naming the field when a record (from a trace file:
     anything can be in it) is missing one or holds the wrong kind of value."""
@@ -202,4 +225,6 @@ def from_dict(data: dict[str, Any]) -> Event:
         values[name] = data[name]
     if cls is RoundEvent and not 0 <= values["accepted"] <= len(values["drafted"]):
         raise ValueError(f"round {values['index']} accepted {values['accepted']} of {len(values['drafted'])} drafts")
+    if cls is RoundEvent and values.get("tree_parents"):
+        _check_tree(values)
     return cls(**values)

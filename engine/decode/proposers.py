@@ -16,6 +16,8 @@ from engine.decode.drafts import Proposal, propose
 from engine.decode.proposer_base import Proposer, no_drafts
 from engine.decode.sampling import Sampler
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
+from engine.decode.tree.layout import graft
+from engine.decode.tree.plan import TreePlanner
 from engine.models.pair import LoadedPair
 
 
@@ -29,6 +31,9 @@ class DrafterProposer(Proposer):
         self.drafter, self.head, self.sampler = pair.drafter, pair.head, sampler
         self.cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
+        # --tree: each round drafts the whole block and the planner makes the tree (or keeps the chain)
+        self.trees = TreePlanner(settings.tree, settings.tree_auto) if settings.uses_tree else None
+        self.block = settings.block_size or pair.drafter.cfg.block_size
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
         """The target's taps (1, n, k*H) of the positions just committed (or of the prompt)."""
@@ -41,6 +46,9 @@ class DrafterProposer(Proposer):
         run still wants; the block's length already fits it.)"""
         if length <= 1:
             return no_drafts(self.source)
+        tree = self.trees is not None and self.trees.wants_tree(position)
+        if tree:
+            length = min(self.block, room)  # a tree's depth: the whole block
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
         ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
@@ -48,7 +56,23 @@ class DrafterProposer(Proposer):
         proposal = propose(self.drafter, self.head, hidden[0, 1:], anchor, self.sampler)
         mx.async_eval(proposal.drafts, proposal.logq, [c.state for c in self.cache])
         self.pending = []
+        if tree:
+            key = None if self.sampler.s.greedy else self.sampler.next_key()
+            proposal.tree, n = self.trees.plan(anchor, proposal, position, key)
+            if proposal.tree is None:  # --tree auto: the chain pays more this round, n drafts long
+                proposal.drafts, proposal.logits = proposal.drafts[:n], proposal.logits[:n]
+                proposal.logq = proposal.logq[:n] if proposal.logq is not None else None
         return proposal
+
+    def price_copies(self, curve: CostCurve) -> None:
+        if self.trees is not None:
+            self.trees.price(curve)  # --tree auto: trees sized by the curve
+
+    def record(self, proposal: Proposal, accepted: int) -> None:
+        if self.trees is not None and proposal.source == DRAFTER and proposal.drafts.size:
+            self.trees.record(proposal.tree, proposal.path or list(range(accepted + 1)), proposal.drafts.size)
+            rows = len(proposal.tree) if proposal.tree is not None else proposal.drafts.size + 1
+            self.trees.counted(proposal.tree is not None, accepted + 1, rows)
 
     def context_width(self) -> int:
         """Context positions the drafter attended to in its last draft: its widest layer's cache."""
@@ -197,6 +221,7 @@ class LookupThenDrafter(Proposer):
     def record(self, proposal: Proposal, accepted: int) -> None:
         """After observe(), in a round (plain steps are observed only)."""
         self.lookup.record(proposal, accepted)
+        self.drafter.record(proposal, accepted)
         self.flowing = proposal.source == LOOKUP and accepted == proposal.drafts.size > SHORT_DRAFT
         if proposal.source == DRAFTER and proposal.drafts.size and not self.deep:
             self.shallow_judge.drafter_round(accepted + 1)
@@ -210,6 +235,7 @@ class LookupThenDrafter(Proposer):
 
     def price_copies(self, curve: CostCurve) -> None:
         self.lookup.price_copies(curve)
+        self.drafter.price_copies(curve)
 
     def copy_ready(self) -> bool:
         """Whether a copy would be considered now (auto's plain steps end there)."""
@@ -224,6 +250,11 @@ class LookupThenDrafter(Proposer):
         if self.deep and self.flowing:
             return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
         block = self.drafter.propose(anchor, length, position, room)
+        if block.tree is not None:  # a copy is one more branch of the tree, not a rival to it
+            if considered:
+                block.tree = graft(block.tree, found[0].tokens[: found[1]])
+                block.choice = "the copy grafted into the tree as a branch"
+            return block
         if not considered:
             if shallow:
                 self.unverified_copy = found[0].tokens[: found[1]]

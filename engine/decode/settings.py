@@ -38,6 +38,27 @@ AUTO_BY_DEFAULT = True
 # being written repeats earlier text (--lookup, on unless --no-lookup): a few dict look-ups a round.
 # Why it is on by default: docs/performance.md, "Copy lookup (the default)".
 LOOKUP_BY_DEFAULT = True
+# Draft trees (--tree N: a budget of N draft nodes, several continuations verified in one forward;
+# engine/decode/tree/). 0 is the chain. What the command line runs when --tree is not given: auto,
+# each round a tree or the chain by the cost curve and this run's acceptance (why: docs/performance.md,
+# "Draft trees"). GenerationSettings itself keeps the chain (tree=0): code that builds settings says.
+TREE_BY_DEFAULT = "auto"
+MAX_TREE = 64  # draft nodes a round verifies at most (the verify's rows less the anchor)
+
+
+def tree_refusal(pair, block: int) -> Optional[str]:
+    """Why no draft tree can run with this pair and block (None: one can). Every sampling setting can."""
+    if block < 2:
+        return "needs a block of at least 2 (a block of 1 drafts nothing to branch)"
+    from mlx_lm.models.cache import KVCache
+
+    from engine.models.target import make_target_cache
+
+    kinds = {type(c).__name__ for c in make_target_cache(pair.target) if type(c) is not KVCache}
+    if kinds:
+        return (f"needs an attention-only target with plain KV caches; this one keeps {', '.join(sorted(kinds))} "
+                "(recurrent GatedDeltaNet layers would need their state per node)")
+    return None
 
 
 def draft_context_text(window: int, sink: int) -> str:
@@ -104,6 +125,28 @@ class GenerationSettings:
     # "Diagnostic tables"), so the command line computes them only for a trace (generate and parity with
     # --trace); bench times the engine without them.
     diagnostics: bool = True
+    # --tree N: each round verifies a draft tree of N nodes (0: the chain); tree_auto (--tree auto):
+    # each round's tree sized by the cost curve, the chain where a tree does not pay
+    tree: int = 0
+    tree_auto: bool = False
+
+    @property
+    def uses_tree(self) -> bool:
+        return bool(self.tree or self.tree_auto)
+
+    def tree_checked(self, pair, block: int) -> "GenerationSettings":
+        """The tree settings checked against the run: --tree N where no tree can run is a SettingsError
+        saying why; --tree auto there verifies the chain (`tree_refusal` says why: the CLI notes it)."""
+        from dataclasses import replace
+
+        if not 0 <= self.tree <= MAX_TREE:
+            raise SettingsError(f"tree {self.tree} is outside 0..{MAX_TREE} draft nodes (0 verifies the chain).")
+        refusal = tree_refusal(pair, block) if self.uses_tree else None
+        if refusal is None:
+            return self
+        if self.tree:
+            raise SettingsError(f"--tree {refusal}; leave --tree out.")
+        return replace(self, tree_auto=False)
 
     def resolved(self, pair) -> "GenerationSettings":
         """Checked against the loaded pair, with the block size filled in (None in AR mode)."""
@@ -126,6 +169,8 @@ class GenerationSettings:
         if self.draft_sink and not self.draft_window:
             raise SettingsError("a draft sink needs a draft window: with the whole context kept there is "
                                 "nothing to keep apart.")
+        if self.mode != "dflash":  # only a DFlash drafter's rounds branch (the CLI notes a --tree left unused)
+            self = replace(self, tree=0, tree_auto=False)
         if self.mode == "ar":
             return replace(self, block_size=None, auto=False, lookup=False)
         if self.mode == "lookup":  # the copied span's length is the match's: there is no block size
@@ -142,7 +187,7 @@ class GenerationSettings:
                                 "alone (generate --mode ar, or AR in the window).")
         own = pair.drafter.cfg.block_size
         if self.block_size is None:  # the drafter's own, whatever it is: MAX_BLOCK bounds what a user asks for
-            return replace(self, block_size=own)
+            return replace(self, block_size=own).tree_checked(pair, own)
         block, high = self.block_size, min(own, MAX_BLOCK)
         if block == 0:  # the window's "drafter's" is 0 in its spin box, but it passes None
             raise SettingsError(f"block size 0 is not a block size: give 1..{high} (the drafter's own is {own}).")
@@ -153,7 +198,7 @@ class GenerationSettings:
             elif own > MAX_BLOCK:
                 why = f" (leave it unset to run this drafter's own block of {own})"
             raise SettingsError(f"block size {block} is outside 1..{high}{why}.")
-        return replace(self, block_size=block)
+        return replace(self, block_size=block).tree_checked(pair, block)
 
     def to_dict(self) -> dict:
         return asdict(self)

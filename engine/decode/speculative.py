@@ -5,13 +5,15 @@ accept, roll back, commit. Who proposes is a Proposer (engine/decode/proposer_ba
 the drafter, lookup or a draft model); timing and the diagnostic tables are the RoundRecorder's (engine/decode/round_record.py);
 acceptance is engine/decode/acceptance.py's; rollback engine/decode/rollback.py's. With
 --block-size auto a controller picks each round's length (engine/decode/verify_length.py) and,
-where drafting does not pay, runs plain steps in pipelined stretches.
+where drafting does not pay, runs plain steps in pipelined stretches. With --tree a round verifies
+a draft tree instead of a chain (`tree_round`; engine/decode/tree/).
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Iterator, Optional
 
 import mlx.core as mx
@@ -22,10 +24,13 @@ from engine.decode.cost_curve import CalibrationCancelled, cost_curve_steps
 from engine.decode.ar_decoder import Decoder
 from engine.decode.events import DRAFTER, PLAIN, CalibrationEvent, Event, RoundEvent, TextEvent
 from engine.decode.prefix_cache import PrefixCache
+from engine.decode.drafts import Proposal
 from engine.decode.proposers import make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
+from engine.decode.tree.verify import compact, tree_forward
+from engine.decode.tree.walk import greedy_walk, leftmost_leaf, sampled_walk
 from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
 from engine.runtime.distributed import from_root
@@ -138,6 +143,8 @@ class SpeculativeDecoder(Decoder):
         # queued: the verify is built while the drafts compute
         proposal = self.proposer.propose(anchor, verify, self.position, room=self.out.remaining)
         rec.mark("queued")
+        if proposal.tree is not None:
+            return self.tree_round(index, anchor, proposal)
         logits = self.verify(anchor, proposal.drafts)
         result = from_root(accept(self.sampler, logits, proposal.drafts, proposal.logq), self.pair.ranks)
         diagnostics = self.settings.diagnostics
@@ -172,6 +179,53 @@ class SpeculativeDecoder(Decoder):
             committed=committed, generated=len(self.out.tokens), verified=len(drafted) + 1,
             draft_context=self.proposer.context_width() if drafted and proposal.source == DRAFTER else None,
             source=proposal.source if drafted else None, choice=proposal.choice)
+
+    def tree_round(self, index: int, anchor: int, proposal: Proposal) -> RoundEvent:
+        """A round that verifies a draft tree (--tree): one forward over its nodes, the longest path
+        the target agrees with committed, the cache compacted to it, the drafter given its taps."""
+        rec, tree = self.recorder, proposal.tree
+        taps = self.taps.capture(self.keeps_taps)
+        with taps:
+            logits = tree_forward(self.pair.target, self.cache, tree)
+        greedy = self.sampler.s.greedy
+        choice = from_root(mx.argmax(logits, axis=-1) if greedy else logits, self.pair.ranks)
+        rec.mark("built")
+        rec.mark("drafted")  # the tree was built from the evaluated drafts: their wait is draft time
+        taps = self.taps.concatenated() if self.keeps_taps else None
+        mx.eval(choice, taps)
+        path, bonus = greedy_walk(tree, choice.tolist()) if greedy else sampled_walk(self.sampler, tree, choice,
+                                                                                     proposal.logq)
+        line = tree.path_to(leftmost_leaf(tree, path[-1]))
+        drafted, accepted = tree.tokens[line[1:]].tolist(), len(path) - 1
+        table_fields = {}
+        if self.settings.diagnostics:  # the tables of the line through the path, as for a chain
+            # a line deeper than the drafter's block runs down a grafted copy: its tables are a copy's
+            deep = proposal.logits is None or len(drafted) > proposal.logits.shape[0]
+            view = replace(proposal, drafts=mx.array(drafted, dtype=mx.int32), tree=None,
+                           logits=None if deep else proposal.logits[: len(drafted)], selection=None if deep
+                           else proposal.selection)
+            rows = logits[mx.array(line, dtype=mx.int32)]
+            queued = rec.queue_tables(view, rows)
+            mx.eval(queued)
+            table_fields = rec.table_fields(view, rows, queued)
+        rec.mark("verified")
+        compact(self.cache, self.position, path)
+        rec.mark("rolled")
+        committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
+        self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)
+        proposal.path = path
+        self.proposer.record(proposal, accepted)
+        if self.verify_length is not None:  # a line down a grafted copy can run past the block
+            n = min(len(drafted), self.verify_length.block - 1)
+            self.verify_length.record(n, min(accepted, n))
+        return rec.event(
+            t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
+            drafted=drafted, accepted=accepted, bonus=bonus,
+            bonus_kind="bonus" if accepted == len(drafted) else "correction", committed=committed,
+            generated=len(self.out.tokens), verified=len(tree), draft_context=self.proposer.context_width(),
+            source=proposal.source, choice=proposal.choice, tree_parents=tree.parents.tolist(),
+            tree_tokens=tree.tokens.tolist(), tree_scores=[round(float(v), 4) for v in tree.scores],
+            tree_ranks=tree.ranks.tolist(), tree_path=path)
 
     def plain_steps(self, index: int, anchor: int, n: int) -> Iterator[RoundEvent]:
         """Up to n rounds of one token each (auto backed off to plain decoding), pipelined as AR is

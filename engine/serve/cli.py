@@ -16,6 +16,8 @@ from typing import Optional
 
 from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT, GenerationSettings
 from engine.errors import DFlashError
+from engine.tools.run_flags import tree_settings
+from engine.tools.unused_flags import resolved_saying
 from engine.serve.defaults import DEFAULT_HOST, DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_QUEUE, PREFIX_CAPACITY
 
 SERVE_MODES = ("dflash", "ar", "lookup")
@@ -38,6 +40,9 @@ def add_parser(sub) -> None:
                    help="as generate's (default auto: each round verifies as many drafts as pay off)")
     s.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=LOOKUP_BY_DEFAULT,
                    help="DFlash rounds verify a copied span of the context where the text repeats (default on)")
+    s.add_argument("--tree", type=block_size_arg, metavar="N|auto", default=None,
+                   help="as generate's: DFlash rounds verify a draft tree of N draft nodes; auto (the default) sizes "
+                        "each round's tree by the cost curve, the chain where a tree does not pay; 0: the chain")
     s.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help=f"tokens a request that sets none may generate (default {DEFAULT_MAX_TOKENS}, within the context)")
     s.add_argument("--max-queue", type=int, default=DEFAULT_QUEUE,
@@ -59,8 +64,8 @@ def base_settings(args, pair) -> GenerationSettings:
     """Every request's settings before its own fields: the command's mode, block size and lookup."""
     auto = args.block_size == "auto"
     base = GenerationSettings(mode=args.mode, block_size=None if auto else args.block_size, auto=auto,
-                              lookup=args.lookup, diagnostics=False)
-    base.resolved(pair)  # refused at the start, not at the first request
+                              lookup=args.lookup, diagnostics=False, **tree_settings(args.tree, args.mode))
+    resolved_saying(base, pair, args.tree is not None)  # refused at the start, not at the first request
     return base
 
 

@@ -126,6 +126,12 @@ def ratio_range(ratios: list[float]) -> Optional[list[float]]:
     return [round(min(ratios), 4), round(max(ratios), 4)] if len(ratios) > 1 else None
 
 
+def mean_verified(rounds: list[RoundEvent]) -> Optional[float]:
+    """The rows a drafting round verified, on average (None without one)."""
+    rows = [r.verified for r in rounds if r.drafted and r.verified]
+    return round(sum(rows) / len(rows), 3) if rows else None
+
+
 def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEvent]) -> dict:
     ar_tok_s, df_tok_s = tok_per_s(ar), tok_per_s(df)
     stats = RoundStats.of(rounds)
@@ -139,6 +145,7 @@ def figures(ar: list[SummaryEvent], df: list[SummaryEvent], rounds: list[RoundEv
         "mean_acceptance_length": stats.tau,
         "draft_ms": stats.mean_draft_ms,
         "verify_ms": stats.mean_verify_ms,
+        "mean_verified": mean_verified(rounds),  # rows a round's verify ran (a tree's nodes, or anchor + drafts)
         "rollback_ms": stats.mean_rollback_ms,
         "plain_steps": stats.plain_steps,  # auto's plain steps: no rounds, left out of the round figures
         "round_ms": stats.mean_round_ms,

@@ -24,7 +24,7 @@ from engine.tools.bench_report import print_bench, print_block_sizes, print_curv
 from engine.tools.curve_progress import measure_cost_curves
 from engine.tools.run_summary import summary_line
 from engine.tools.run_flags import RunFlags
-from engine.tools.unused_flags import check_bench_kind, say_unused
+from engine.tools.unused_flags import check_bench_kind, resolved_saying, say_unused
 from engine.tools.cli_parser import build_parser
 from engine.tools.cli_run import EXIT_ERROR, run_command
 
@@ -110,7 +110,7 @@ def cmd_generate(args) -> int:
     pair = pair_from_args(args, with_drafter=args.mode == "dflash", ranks=args.ranks)
     text = _prompt_text(args)
     ids = _prompt_ids(args, pair.tokenizer, text)
-    settings = _settings(args, args.mode).resolved(pair)  # refused settings never reach the trace
+    settings = resolved_saying(_settings(args, args.mode), pair, args.tree is not None)  # refused: never traced
     check_prompt(pair, ids, settings.max_tokens)  # nor a prompt past the context (nor is a cost curve measured)
     prompt = {"text": text, "format": format_name(_chat_flag(args))}  # kept in the trace header
     summary = None
@@ -166,7 +166,7 @@ def cmd_parity(args) -> int:
     say_unused(args, {"ar", "dflash"})
     pair, text = pair_from_args(args, ranks=args.ranks), _prompt_text(args)
     ids, settings = _prompt_ids(args, pair.tokenizer, text), _settings(args, "dflash")
-    settings.resolved(pair)  # refused settings are refused before the trace is begun
+    resolved_saying(settings, pair, args.tree is not None)  # refused settings are refused before the trace
     check_prompt(pair, ids, settings.max_tokens)  # and a prompt past the context, before a cost curve is measured
     prompt = {"text": text, "format": format_name(_chat_flag(args))}
     with _trace_writer(args, prompt, "the check", parity=True) as writer:
@@ -208,6 +208,7 @@ def cmd_bench(args) -> int:
 
         others = [attach_drafter(pair, d) for d in args.compare_drafter]
     settings = _settings(args, "dflash")
+    resolved_saying(settings, pair, args.tree is not None)
     measure_cost_curves(pair, [settings])
     result = run_bench(pair, prompts, settings, args.repeats, progress, with_mlx_lm=args.with_mlx_lm, others=others)
     if args.json:
@@ -230,6 +231,8 @@ def _race(args, pair, prompts, methods, progress) -> int:
     from engine.tools.race import method_settings, print_race, run_race
 
     settings = _settings(args, "dflash")
+    if "dflash-tree" in methods:
+        resolved_saying(method_settings(settings, "dflash-tree"), pair)
     measure_cost_curves(pair, [method_settings(settings, m) for m in methods if m != "draft-model"])
     result = run_race(pair, prompts, settings, methods, args.repeats, progress, with_mlx_lm=args.with_mlx_lm)
     if args.json:

@@ -7,7 +7,8 @@ import argparse
 from typing import Any, Callable, Optional
 
 import engine
-from engine.decode.settings import AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MODES, ROLLBACK_MODES
+from engine.decode.settings import (AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_TREE, MODES,
+                                    ROLLBACK_MODES, TREE_BY_DEFAULT)
 
 SAMPLING = DEFAULTS.sampling
 
@@ -80,6 +81,12 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                         "the text being written repeats earlier text"
                         f"{' (the default; --no-lookup: the drafter alone)' if LOOKUP_BY_DEFAULT else ''}; "
                         "generate --mode lookup, bench --methods lookup: copies alone, no drafter")
+    p.add_argument("--tree", type=block_size_arg, metavar="N|auto", default=None,  # None: not given
+                   help=f"DFlash rounds verify a draft tree of N draft nodes (1..{MAX_TREE}) in one forward: the "
+                        "drafter's second choices beside its chain, the longest path the target agrees with "
+                        "committed; auto: each round's tree sized by the cost curve, the chain where a tree does "
+                        f"not pay; 0: the chain (default {'auto' if TREE_BY_DEFAULT == 'auto' else TREE_BY_DEFAULT}); "
+                        "bench --methods dflash-tree: the tree beside the chain")
 
 
 def _add_draft_context(p: argparse.ArgumentParser) -> None:
@@ -138,7 +145,8 @@ def build_parser(add_more: Optional[Callable[[Any], None]] = None) -> argparse.A
                    "prompt, beside the advisor's prediction for it")
     b.add_argument("--methods", metavar="LIST",
                    help="race the ways to speed up this target on every prompt: ar,dflash,dflash-auto,lookup,"
-                        "dflash+lookup,draft-model (draft-model needs --draft-model; --with-mlx-lm then also times "
+                        "dflash+lookup,dflash-tree,draft-model (draft-model needs --draft-model; --with-mlx-lm then "
+                        "also times "
                         "mlx-lm's speculative generation with it)")
 
     d = sub.add_parser("doctor", help="can this drafter run with this target?")

@@ -1,6 +1,6 @@
 """The race: every way to speed up the same target, on every prompt, in one process.
 
-`bench --methods ar,dflash,dflash-auto,lookup,dflash+lookup,draft-model`: per prompt AR runs once
+`bench --methods ar,dflash,dflash-auto,lookup,dflash+lookup,dflash-tree,draft-model`: per prompt AR runs once
 and every other method after it (each repeat in that order), with the same sampling settings; per
 method and prompt the tok/s, speedup against those AR runs, tau and whether the greedy output is
 AR's. With `with_mlx_lm`, mlx-lm's own speculative generation with the same draft model and draft
@@ -25,7 +25,7 @@ from engine.tools.bench import check_prompts, figures, mlx_lm_responses, ratio_r
 from engine.tools.bench_report import ar_cell, below_ar, decoded, prompt_label, ratio_text, say_no_rounds
 from engine.tools.parity import DIVERGENCE, IDENTICAL, LENGTH, NEAR_TIE, SAMPLES, output_verdict
 
-METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "draft-model")
+METHODS = ("ar", "dflash", "dflash-auto", "lookup", "dflash+lookup", "dflash-tree", "draft-model")
 
 
 def parse_methods(text: str) -> list[str]:
@@ -43,7 +43,7 @@ def parse_methods(text: str) -> list[str]:
 
 def method_settings(settings: GenerationSettings, method: str) -> GenerationSettings:
     """A method's settings from the run's (sampling, max tokens, window and the draft model shared)."""
-    base = replace(settings, lookup=False, auto=False)
+    base = replace(settings, lookup=False, auto=False, tree=0, tree_auto=False)
     return {
         "ar": replace(base, mode="ar"),
         "dflash": replace(base, mode="dflash"),
@@ -52,6 +52,9 @@ def method_settings(settings: GenerationSettings, method: str) -> GenerationSett
         # the cost curve and recent acceptance pick each round's source and length (auto), as the
         # issue asks: a copy, the drafter's block, or a plain step where neither pays
         "dflash+lookup": replace(base, mode="dflash", lookup=True, auto=True),
+        # dflash+lookup verifying draft trees: --tree N's budget, or (without one) trees sized by the curve
+        "dflash-tree": replace(base, mode="dflash", lookup=True, auto=True, tree=settings.tree,
+                               tree_auto=settings.tree_auto or not settings.tree),
         "draft-model": replace(base, mode="draft-model"),
     }[method]
 
@@ -221,6 +224,8 @@ def run_race(
         "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter is not None else None,
         "rollback": settings.rollback,
     }
+    if "dflash-tree" in methods and "dflash+lookup" in methods:
+        result["tree_vs_chain"] = tree_vs_chain(result["methods"]["dflash-tree"], result["methods"]["dflash+lookup"])
     if with_mlx_lm:
         ref_tokens, ref_s = sum(r[0] for r in reference), sum(r[1] for r in reference)
         our_tokens, our_s = sum(r[0] for r in ours_after_first), sum(r[1] for r in ours_after_first)
@@ -232,6 +237,19 @@ def run_race(
                                            if our_s and ref_s else None)
         result["draft_model_vs_mlx_lm_range"] = paired_range(ours_after_first, reference)
     return result
+
+
+def tree_vs_chain(tree: dict, chain: dict) -> dict:
+    """The tree against the chain it branches (dflash+lookup: the same auto length and lookup): tau,
+    tok/s and the worst prompt's tok/s ratio."""
+    def ratio(a, b):
+        return round(a / b, 4) if a and b else None
+
+    per_prompt = [ratio(t["dflash_tok_s"], c["dflash_tok_s"]) for t, c in zip(tree["per_prompt"], chain["per_prompt"])]
+    per_prompt = [r for r in per_prompt if r is not None]
+    return {"tau": ratio(tree["mean_acceptance_length"], chain["mean_acceptance_length"]),
+            "speed": ratio(tree["dflash_tok_s"], chain["dflash_tok_s"]),
+            "worst_prompt_speed": min(per_prompt) if per_prompt else None}
 
 
 def method_verdict(per_prompt: list[dict]) -> str:
@@ -275,6 +293,15 @@ def print_race(result: dict) -> None:
         for row in result["methods"][m]["per_prompt"]:
             if row["verdict"] not in (IDENTICAL, SAMPLES):
                 print(f"  {m} on {row['prompt'][:30]!r}: {row['verdict_text']}")
+    print("verify per round: " + ", ".join(
+        f"{m} {result['methods'][m]['verify_ms']:.1f} ms over {result['methods'][m]['mean_verified']:.1f} rows"
+        for m in methods[1:] if result["methods"][m].get("mean_verified")))
+    if "tree_vs_chain" in result:
+        t = result["tree_vs_chain"]
+        print("dflash-tree against dflash+lookup: " + ", ".join(
+            f"{name} {t[key]:.2f}x" for key, name in (("tau", "tau"), ("speed", "tok/s"), ("worst_prompt_speed",
+                                                                                          "worst prompt"))
+            if t[key] is not None))
     for m in methods[1:]:
         drafted = [r for r in result["methods"][m]["per_prompt"] if r["speedup"] is not None]
         if drafted:

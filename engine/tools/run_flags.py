@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Optional, Union
 
-from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, GenerationSettings, SamplingSettings
+from engine.decode.settings import DEFAULTS, LOOKUP_BY_DEFAULT, TREE_BY_DEFAULT, GenerationSettings, SamplingSettings
 
 SAMPLING = DEFAULTS.sampling
 
@@ -35,6 +35,7 @@ class RunFlags:
     num_draft: Optional[int] = None  # None: not given
     drafter: Optional[str] = None
     mode: Optional[str] = None  # generate's --mode; parity and bench have none
+    tree: Union[int, str, None] = None  # N, "auto", or None (not given: the default, for DFlash runs)
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> "RunFlags":
@@ -67,4 +68,11 @@ class RunFlags:
             lookup=LOOKUP_BY_DEFAULT if self.lookup is None else self.lookup,
             draft_model=self.draft_model,
             num_draft=DEFAULTS.num_draft if self.num_draft is None else self.num_draft,
+            **tree_settings(self.tree, mode),
         )
+
+
+def tree_settings(given: Union[int, str, None], mode: str) -> dict:
+    """--tree as the settings' fields (None: not given: the default, for DFlash runs)."""
+    tree = (TREE_BY_DEFAULT if mode == "dflash" else 0) if given is None else given
+    return {"tree": 0, "tree_auto": True} if tree == "auto" else {"tree": tree, "tree_auto": False}

@@ -1,6 +1,7 @@
-"""Flags a command would take and then ignore are named before it runs: a flag accepted in silence
-reads as a setting that took effect (a QA pass found --num-draft beside --mode dflash, --draft-model
-in a bench without the draft-model method, --mode lookup --no-lookup, all run without a word).
+"""Flags a command would take and then ignore (and a --tree auto that cannot run) are named before it
+runs: a flag accepted in silence reads as a setting that took effect (a QA pass found --num-draft
+beside --mode dflash, --draft-model in a bench without the draft-model method, --mode lookup
+--no-lookup, all run without a word).
 
 A flag another mode would use is a note on stderr, not an error, so one command line can be rerun
 with another --mode; a flag that contradicts the run is an error."""
@@ -13,7 +14,8 @@ from engine.decode.settings import DEFAULTS
 from engine.errors import DFlashError, SettingsError
 from engine.tools.run_flags import RunFlags
 
-DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup"}  # the runs (modes and race methods) a DFlash drafter drafts
+# the runs (modes and race methods) a DFlash drafter drafts
+DRAFTERS = {"dflash", "dflash-auto", "dflash+lookup", "dflash-tree"}
 
 
 def notes(args, runs: set[str], race: bool = False) -> list[str]:
@@ -36,6 +38,10 @@ def notes(args, runs: set[str], race: bool = False) -> list[str]:
         said.append("--lookup/--no-lookup is not used: " + (
             "each method says whether it looks up (dflash, dflash+lookup)." if race else
             "only --mode dflash takes it (--mode lookup always looks up)."))
+    tree = getattr(args, "tree", None)
+    if tree not in (None, 0) and ("dflash-tree" not in runs if race else "dflash" not in runs):
+        said.append("--tree is not used: " + ("only the dflash-tree method in --methods verifies a tree." if race
+                                              else "only --mode dflash verifies a tree."))
     if not runs & DRAFTERS:
         if flags.drafter is not None:
             said.append("--drafter is not used: no run here drafts with a DFlash drafter.")
@@ -66,3 +72,15 @@ def check_bench_kind(args) -> None:
     if args.compare_drafter and (args.methods or args.block_sizes):
         raise DFlashError("--compare-drafter belongs to the plain bench (AR against each drafter); leave it out "
                           f"of --{'methods' if args.methods else 'block-sizes'}.")
+
+
+def resolved_saying(settings, pair, asked: bool = True):
+    """settings.resolved(pair), with a note on stderr where a --tree auto that was `asked` for (not the
+    default) verifies the chain instead."""
+    from engine.decode.settings import tree_refusal
+
+    resolved = settings.resolved(pair)
+    if asked and settings.tree_auto and settings.mode == "dflash" and not resolved.tree_auto:
+        print(f"note: --tree auto verifies the chain here: a draft tree {tree_refusal(pair, resolved.block_size)}.",
+              file=sys.stderr)
+    return resolved

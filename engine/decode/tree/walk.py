@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
-from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
+from engine.decode.tree.layout import COPY_RANK, DraftTree, build_tree, ranked_candidates
 
 
 def greedy_walk(tree: DraftTree, choice: Sequence[int]) -> tuple[list[int], int]:
@@ -36,6 +36,16 @@ def greedy_walk(tree: DraftTree, choice: Sequence[int]) -> tuple[list[int], int]
         if nxt is None:
             return path, token
         path.append(nxt)
+
+
+def leftmost_leaf(tree: DraftTree, node: int) -> int:
+    """The leaf reached from `node` by first children (the best-ranked continuation past a path's end)."""
+    first = {}
+    for child in range(len(tree) - 1, 0, -1):
+        first[int(tree.parents[child])] = child
+    while node in first:
+        node = first[node]
+    return node
 
 
 def sampled_candidates(logq: mx.array, k: int, key: mx.array) -> np.ndarray:
@@ -66,6 +76,29 @@ class HostRows:
 
     def __getitem__(self, node: int) -> np.ndarray:
         return np.array(self.rows[int(node if self.index is None else self.index[node])])
+
+
+class TargetRows:
+    """The target's sampling distribution after each node (its logits filtered and tempered as the run
+    samples), one full-vocabulary row made on the host when read: the walk reads a row per depth."""
+
+    def __init__(self, logits: mx.array, settings):
+        self.logits, self.settings = logits, settings
+
+    def __getitem__(self, node: int) -> np.ndarray:
+        from engine.decode.sampling import log_probs
+
+        return np.array(mx.exp(log_probs(self.logits[int(node)][None], self.settings))[0])
+
+
+def sampled_walk(sampler, tree: DraftTree, target_logits: mx.array, draft_logq: mx.array) -> tuple[list[int], int]:
+    """tree_rejection_sample for a round at T > 0: the target's rows from its logits at the nodes, the
+    drafter's from the log-probs its tokens were drawn from (by depth), the random numbers from the
+    run's sampler (so a seed repeats the run)."""
+    seed = int(mx.random.randint(0, 2**31 - 1, key=sampler.next_key()).item())
+    draft = HostRows(mx.exp(draft_logq), tree.depths)
+    return tree_rejection_sample(tree, TargetRows(target_logits, sampler.s), draft, tree.ranks != COPY_RANK,
+                                 np.random.default_rng(seed))
 
 
 def _residual(p: np.ndarray, proposal: np.ndarray) -> np.ndarray:
