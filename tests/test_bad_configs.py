@@ -15,7 +15,7 @@ import pytest
 
 from app.cli import main as cli
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 BAD_VALUES = {"missing": ..., "null": None, "negative": -1, "zero": 0, "text": "x", "fraction": 1.5,
               "list": [], "object": {}, "huge": 10**30, "true": True}
@@ -99,7 +99,7 @@ SCALING_FIELDS = [("embedding_multiplier",), ("logits_scaling",)]
 def granite_dirs(models_root, tokenizer_dir):
     """A Granite pair: its config keys scale the embeddings and logits the drafter borrows."""
     from fixtures import tiny_models as tm
-    from test_families import GRANITE, write_config_target
+    from fixtures.tiny_models import GRANITE, write_config_target
 
     root = models_root / "bad-config-granite"
     if not root.exists():

@@ -25,11 +25,9 @@ from engine.models.drafter2 import CandidateSelector, dynamic_conv, select
 from engine.models.pair import load_pair
 from engine.tools.trace import read_trace
 
-from conftest import PROMPTS
 from fixtures.tiny_dflash2 import write_bigram_drafter, write_dflash2_drafter
 from fixtures.tiny_hybrid import write_hybrid_target
-from helpers import assert_same_distribution, run
-from test_doctor import edit_config
+from helpers import PROMPTS, assert_same_distribution, edit_config, run
 
 ALPHA = 1e-3
 

@@ -26,7 +26,6 @@ from engine.models.pair import load_pair
 from engine.tools.parity import first_divergence, logit_margin, near_tie_threshold
 from engine.tools.trace import read_trace
 from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
-from test_app_common import app_env, make_window  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):"

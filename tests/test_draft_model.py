@@ -17,8 +17,7 @@ from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.errors import DFlashError, IncompatiblePairError, SettingsError
 from fixtures import tiny_models as tm
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from helpers import PROMPTS, assert_same_distribution, run
 
 
 @pytest.fixture(scope="module")

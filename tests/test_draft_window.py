@@ -14,9 +14,7 @@ from engine.errors import SettingsError
 from engine.models.drafter import ContextCache
 from engine.models.pair import load_pair
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
-from test_parity import assert_lossless
+from helpers import PROMPTS, assert_lossless, assert_same_distribution, run
 
 LONG = " ".join(PROMPTS) * 2
 

@@ -21,28 +21,13 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from engine.runtime.streams import STREAM
 from engine.models.target import make_target_cache
-from fixtures.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
+from fixtures.tiny_hybrid import HYBRID_KINDS, scripted_pair
 from kernels.gated_delta import kernel_status
 
-from conftest import PROMPTS
-from helpers import run
+from helpers import PROMPTS, run
 
 WINDOW = 8
 LONG_PROMPT = " ".join(reversed(PROMPTS)) * 2  # > 4 sliding windows of the drafter
-
-
-@pytest.fixture(scope="module")
-def hybrid_dirs(models_root, tokenizer_dir):
-    """{kind: (target, drafter)}: newer-schema drafters mixing a sliding (window 8) and a full layer."""
-    dirs = {}
-    for n, kind in enumerate(HYBRID_KINDS):
-        target, drafter = models_root / f"hybrid-{kind}-target", models_root / f"hybrid-{kind}-drafter"
-        if not target.exists():
-            write_hybrid_target(target, tokenizer_dir, kind, seed=40 + n)
-            write_hybrid_drafter(drafter, target, seed=50 + n, schema="newer", layers=2, block_size=8,
-                                 layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW)
-        dirs[kind] = (target, drafter)
-    return dirs
 
 
 @pytest.fixture(scope="module")

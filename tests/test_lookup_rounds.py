@@ -14,8 +14,7 @@ from engine.errors import SettingsError
 from engine.models.pair import load_pair
 from engine.tools.parity import run_parity
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from helpers import PROMPTS, assert_same_distribution, run
 
 
 def test_lookup_mode_needs_no_drafter_and_copies_a_repeating_output(alternating_dirs, oracle_ids):

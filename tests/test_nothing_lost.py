@@ -23,7 +23,7 @@ from app.cli import main as cli
 from engine.models.checkpoint import target_fingerprint
 from engine.tools.trace import read_trace
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 
 def _snapshot(*roots: Path) -> dict[str, str]:

@@ -9,8 +9,7 @@ from engine.decode.settings import GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 
-from conftest import PROMPTS
-from helpers import in_thread, run
+from helpers import PROMPTS, in_thread, run
 
 
 @pytest.fixture(scope="module")

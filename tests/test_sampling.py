@@ -12,8 +12,7 @@ from engine.decode.acceptance import accept
 from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from helpers import PROMPTS, assert_same_distribution, run
 
 ALPHA = 1e-3  # false-alarm rate of each statistical test
 

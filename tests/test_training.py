@@ -17,19 +17,9 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from fixtures.tiny_models import drafter_config_dict
 from engine.training.data import read_texts, token_stream
-from engine.training.trainer import DrafterTrainer, TrainSettings
+from engine.training.trainer import DrafterTrainer
 
-from conftest import PROMPTS
-
-SMALL = TrainSettings(layers=1, block_size=8, steps=6, batch=2, seq_len=48, anchors=4, lr=3e-3, warmup=2,
-                      eval_every=3, eval_fraction=0.1)
-
-
-def make_trainer(target_dir, corpus_dir, out, settings):
-    pair = load_pair(target_dir, None)
-    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
-    return DrafterTrainer(pair, tokens, out, settings)
-
+from helpers import PROMPTS, SMALL_TRAINING as SMALL, make_trainer
 
 @pytest.mark.parametrize("layer_types, window", [(["full_attention"] * 2, None),
                                                   (["sliding_attention", "full_attention"], 6)])

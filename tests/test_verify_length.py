@@ -13,8 +13,7 @@ from engine.decode.settings import SamplingSettings
 from engine.decode.events import PLAIN
 from engine.decode.verify_length import PROBE_COST, PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from helpers import PROMPTS, assert_same_distribution, run
 
 ALPHA = 0.001
 

@@ -16,8 +16,8 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from app.run_record import ACCEPTED, AR, PREFILL
 
-from conftest import PROMPTS
-from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window, run_and_wait, split_events  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import RUN_TIMEOUT_MS, choose, run_and_wait, split_events
 
 
 def point_of_token(view, token_index):
