@@ -16,8 +16,16 @@ os.environ["DFLASH_CACHE_DIR"] = str(_SANDBOX / "cache")
 
 import engine  # noqa: E402,F401  (optimised BLAS before MLX)
 from engine.models.pair import load_pair  # noqa: E402
-from fixtures import tiny_models as tm  # noqa: E402
+from fixtures import fixed_cost_curve, tiny_models as tm  # noqa: E402
 from fixtures.tiny_hybrid import HYBRID_KINDS, write_hybrid_drafter, write_hybrid_target  # noqa: E402
+
+@pytest.fixture(autouse=True)
+def _fixed_cost_curve(request, monkeypatch):
+    """Runs with auto read the fixed cost curve (fixtures/fixed_cost_curve.py) instead of measuring one,
+    except in tests marked measures_cost_curve."""
+    if request.node.get_closest_marker("measures_cost_curve") is None:
+        fixed_cost_curve.install(monkeypatch)
+
 
 @pytest.fixture(scope="session")
 def models_root(tmp_path_factory) -> Path:

@@ -436,6 +436,7 @@ def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3
     assert w.current_run is not last and w.current_run.summary.num_generated == 5
 
 
+@pytest.mark.measures_cost_curve
 def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, make_window, qwen3_tied_dirs,
                                                                       monkeypatch, tmp_path):
     """A first auto run measures the cost curve: the status line counts its steps and, once a pace is
@@ -456,6 +457,7 @@ def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, mak
     assert w.current_run.summary.num_generated == 8
 
 
+@pytest.mark.measures_cost_curve
 def test_both_mode_stopped_while_dflash_measures_keeps_ars_figures(qtbot, make_window, qwen3_tied_dirs,
                                                                    monkeypatch, tmp_path):
     """Stop while the DFlash half measures the cost curve: the AR half finished, and the status line's
