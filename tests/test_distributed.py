@@ -52,19 +52,21 @@ def _free_ports(count: int) -> int:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLX_RANK", "MLX_HOSTFILE"))}
-    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), **extra}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")]),
+            **extra}
 
 
 def launch(argv: list[str], ranks: int = 2, timeout: float = 240, script: str | None = None,
-           script_dir: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+           script_dir: Path | None = None, measured: bool = False, **env: str) -> subprocess.CompletedProcess:
     """`mlx.launch -n ranks --backend ring` on our CLI (or on `script`, written to script_dir),
-    on free loopback ports."""
+    on free loopback ports. The CLI reads the fixed cost curve (fixtures/fixed_cost_curve.py) unless
+    `measured`: every rank still agrees on rank 0's curve, without timing three depths first."""
     if script is not None:
         path = script_dir / "rank_script.py"
         path.write_text(script)
         program = [str(path)]
     else:
-        program = ["-m", "engine.tools.cli"]
+        program = ["-m", "engine.tools.cli" if measured else "fixtures.fixed_cost_curve"]
     for _ in range(3):
         cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
                "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_ports(ranks)),
@@ -145,7 +147,7 @@ def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
 def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
     target, drafter = sharded_pairs["dense"]
     proc = launch(["calibrate", "--target", str(target), "--drafter", str(drafter), "--block-size", "4",
-                   "--repeats", "1", "--json"])
+                   "--repeats", "1", "--json"], measured=True)
     outputs = _json_lines(proc.stdout)
     assert len(outputs) == 1, proc.stderr[-2000:]
     curve = outputs[0]
