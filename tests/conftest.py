@@ -78,6 +78,18 @@ def qwen3_pair(qwen3_tied_dirs):
 
 
 @pytest.fixture(scope="session")
+def qwen3_target(qwen3_tied_dirs):
+    """The tied qwen3 target loaded alone (no drafter)."""
+    return load_pair(qwen3_tied_dirs[0], None)
+
+
+@pytest.fixture(scope="session")
+def untied_target(qwen3_untied_dirs):
+    """The untied qwen3 target loaded alone (no drafter)."""
+    return load_pair(qwen3_untied_dirs[0], None)
+
+
+@pytest.fixture(scope="session")
 def oracle_ids(tokenizer_dir):
     """Two ordinary token ids for the hand-built oracle pair."""
     return 100, 200
@@ -105,6 +117,16 @@ def oracle_first_eos_dirs(models_root, tokenizer_dir, oracle_ids):
 def alternating_dirs(models_root, tokenizer_dir, oracle_ids):
     """Oracle whose target alternates second/third: each round accepts exactly one draft."""
     return tm.write_oracle_pair(models_root / "alt", tokenizer_dir, *oracle_ids, third=300, name="alt")
+
+
+@pytest.fixture(scope="session")
+def oracle_pair(oracle_dirs):
+    return load_pair(*oracle_dirs)
+
+
+@pytest.fixture(scope="session")
+def alternating_pair(alternating_dirs):
+    return load_pair(*alternating_dirs)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 from engine.decode.events import RoundEvent, SummaryEvent
 from engine.decode.decoder import generate
@@ -54,20 +53,6 @@ def in_thread(fn):
         raise box["error"]
     return box["result"]
 
-
-def assert_same_distribution(samples: dict[str, Counter], alpha: float = 1e-3) -> None:
-    """Two samplers' outcome counts ({name: Counter}) come from one distribution (chi-square test of
-    the contingency table; outcomes seen fewer than 10 times pooled) and cover at least 3 outcomes
-    seen often, so the test sees a real distribution, not one outcome."""
-    from scipy.stats import chi2_contingency
-
-    a, b = samples.values()
-    keys = sorted(set(a) | set(b))
-    common = [k for k in keys if a[k] + b[k] >= 10]
-    rare = [k for k in keys if k not in common]
-    table = [[c[k] for k in common] + ([sum(c[k] for k in rare)] if rare else []) for c in (a, b)]
-    assert len(common) >= 3, samples
-    assert chi2_contingency(table).pvalue > alpha, samples
 
 
 def assert_lossless(pair, prompts, **settings):
