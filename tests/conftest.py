@@ -16,14 +16,15 @@ os.environ["DFLASH_CACHE_DIR"] = str(_SANDBOX / "cache")
 
 import engine  # noqa: E402,F401  (optimised BLAS before MLX)
 from engine.models.pair import load_pair  # noqa: E402
-from fixtures import tiny_models as tm  # noqa: E402
+from fixtures import fixed_cost_curve, tiny_models as tm  # noqa: E402
+from fixtures.tiny_hybrid import HYBRID_KINDS, write_hybrid_drafter, write_hybrid_target  # noqa: E402
 
-PROMPTS = [
-    "def main():\n    parser = argparse.ArgumentParser(",
-    "import json\n\nclass Decoder:\n",
-    "The quick brown fox",
-    "    return textwrap.dedent(text)",
-]
+@pytest.fixture(autouse=True)
+def _fixed_cost_curve(request, monkeypatch):
+    """Runs with auto read the fixed cost curve (fixtures/fixed_cost_curve.py) instead of measuring one,
+    except in tests marked measures_cost_curve."""
+    if request.node.get_closest_marker("measures_cost_curve") is None:
+        fixed_cost_curve.install(monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +78,18 @@ def qwen3_pair(qwen3_tied_dirs):
 
 
 @pytest.fixture(scope="session")
+def qwen3_target(qwen3_tied_dirs):
+    """The tied qwen3 target loaded alone (no drafter)."""
+    return load_pair(qwen3_tied_dirs[0], None)
+
+
+@pytest.fixture(scope="session")
+def untied_target(qwen3_untied_dirs):
+    """The untied qwen3 target loaded alone (no drafter)."""
+    return load_pair(qwen3_untied_dirs[0], None)
+
+
+@pytest.fixture(scope="session")
 def oracle_ids(tokenizer_dir):
     """Two ordinary token ids for the hand-built oracle pair."""
     return 100, 200
@@ -107,9 +120,67 @@ def alternating_dirs(models_root, tokenizer_dir, oracle_ids):
 
 
 @pytest.fixture(scope="session")
+def oracle_pair(oracle_dirs):
+    return load_pair(*oracle_dirs)
+
+
+@pytest.fixture(scope="session")
+def alternating_pair(alternating_dirs):
+    return load_pair(*alternating_dirs)
+
+
+@pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory):
     """Training text: the fixtures' tokenizer corpus as .py files."""
     d = tmp_path_factory.mktemp("corpus")
     for i, text in enumerate(tm.tokenizer_corpus()):
         (d / f"doc{i}.py").write_text(text)
     return d
+
+
+HYBRID_WINDOW = 8  # the hybrid pairs' drafters: a sliding layer of this window and a full one
+
+
+@pytest.fixture(scope="session")
+def hybrid_dirs(models_root, tokenizer_dir):
+    """{kind: (target, drafter)}: tiny hybrid targets, newer-schema drafters mixing a sliding (window 8)
+    and a full layer."""
+    dirs = {}
+    for n, kind in enumerate(HYBRID_KINDS):
+        target, drafter = models_root / f"hybrid-{kind}-target", models_root / f"hybrid-{kind}-drafter"
+        if not target.exists():
+            write_hybrid_target(target, tokenizer_dir, kind, seed=40 + n)
+            write_hybrid_drafter(drafter, target, seed=50 + n, schema="newer", layers=2, block_size=8,
+                                 layer_types=["sliding_attention", "full_attention"], sliding_window=HYBRID_WINDOW)
+        dirs[kind] = (target, drafter)
+    return dirs
+
+
+@pytest.fixture
+def app_env(tmp_path, monkeypatch):
+    """Every window test gets its own settings, logs, HF cache and (absent) demo pair."""
+    monkeypatch.setenv("DFLASH_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("DFLASH_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("DFLASH_MODELS_DIR", str(tmp_path / "no-demo-models"))
+    return tmp_path
+
+
+@pytest.fixture
+def make_window(qtbot, app_env):
+    """A factory of shown windows, each closed (worker stopped) at the end of the test."""
+    from app.window import MainWindow
+
+    made = []
+
+    def make(**kwargs):
+        w = MainWindow(**kwargs)
+        qtbot.addWidget(w)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+        assert w.host.thread.isFinished()

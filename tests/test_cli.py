@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import main as cli
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 
 def pair_args(dirs):

@@ -13,16 +13,15 @@ from engine.decode.lookup import LONG_FROM, CopyJudge, LookupMatch
 from engine.decode.proposers import DRAFTER, LOOKUP, DrafterProposer, LookupProposer, LookupThenDrafter
 from engine.decode.sampling import Sampler
 from engine.decode.settings import GenerationSettings, SamplingSettings
-from engine.models.pair import load_pair
 
 OTHER = 7  # an ordinary token neither the oracle target nor its drafter writes after `second`
 BLOCK = 5  # the round's verify length: the block drafts 4
 
 
 @pytest.fixture
-def rounds(oracle_dirs, oracle_ids):
+def rounds(oracle_pair, oracle_ids):
     """make(temperature): a LookupThenDrafter over the oracle drafter."""
-    pair = load_pair(*oracle_dirs)
+    pair = oracle_pair
 
     def make(temperature: float = 0.0, prompt: Optional[list[int]] = None) -> LookupThenDrafter:
         settings = GenerationSettings(sampling=SamplingSettings(temperature=temperature, seed=3))
@@ -121,7 +120,7 @@ def test_while_shallow_copies_are_preferred_the_drafter_is_still_heard(rounds, o
     assert not judge.prefers_copy()
 
 
-def test_a_flowing_copy_is_verified_without_drafting_a_block_beside_it(alternating_dirs, oracle_ids, monkeypatch):
+def test_a_flowing_copy_is_verified_without_drafting_a_block_beside_it(alternating_pair, oracle_ids, monkeypatch):
     """The alternating oracle's output repeats itself, so once the copy runs deep every copy is right:
     after the first long copy accepted in full, the drafter is not run again for the check."""
     from helpers import run
@@ -134,7 +133,7 @@ def test_a_flowing_copy_is_verified_without_drafting_a_block_beside_it(alternati
         return propose(self, *args, **kwargs)
 
     monkeypatch.setattr(DrafterProposer, "propose", counted)
-    pair = load_pair(*alternating_dirs)
+    pair = alternating_pair
     _, rounds = run(pair, [7, 8, oracle_ids[0]], max_tokens=120, lookup=True)
     copies = [r for r in rounds if r.source == LOOKUP]
     drafted = [r for r in rounds if r.source == DRAFTER]
@@ -156,11 +155,11 @@ def test_a_plain_step_ends_a_flowing_copy(rounds, oracle_ids):
     assert not proposer.flowing
 
 
-def test_why_a_round_took_its_drafts_travels_in_traces(alternating_dirs, oracle_ids):
+def test_why_a_round_took_its_drafts_travels_in_traces(alternating_pair, oracle_ids):
     from engine.decode.events import from_dict, to_dict
     from helpers import run
 
-    _, rounds = run(load_pair(*alternating_dirs), [7, 8, oracle_ids[0]], max_tokens=60, lookup=True)
+    _, rounds = run(alternating_pair, [7, 8, oracle_ids[0]], max_tokens=60, lookup=True)
     r = next(r for r in rounds if r.choice)
     assert from_dict(to_dict(r)) == r
     from app.rounds_view import round_tooltip

@@ -11,6 +11,8 @@ import pytest
 from app.cli import main as cli
 from engine.decode import cost_curve as cc
 
+pytestmark = pytest.mark.measures_cost_curve  # the cost curve's own tests time it
+
 
 def test_measure_covers_every_verify_length(qwen3_pair):
     curve = cc.measure(qwen3_pair, block=4, repeats=1)
@@ -276,7 +278,7 @@ def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, 
     vocabulary on a CPU took 7.5 silent minutes), and the run's prefill time no longer holds it."""
     from app.cli import main as cli
 
-    from conftest import PROMPTS
+    from helpers import PROMPTS
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))

@@ -25,11 +25,10 @@ from engine.models.drafter2 import CandidateSelector, dynamic_conv, select
 from engine.models.pair import load_pair
 from engine.tools.trace import read_trace
 
-from conftest import PROMPTS
 from fixtures.tiny_dflash2 import write_bigram_drafter, write_dflash2_drafter
 from fixtures.tiny_hybrid import write_hybrid_target
-from helpers import assert_same_distribution, run
-from test_doctor import edit_config
+from distribution import check_exactness, exact_outcomes, verified_unfiltered
+from helpers import PROMPTS, edit_config, run
 
 ALPHA = 1e-3
 
@@ -270,24 +269,27 @@ def test_sliding_window_by_position(qwen3_untied_dirs, tmp_path):
     assert df.token_ids == ar.token_ids
 
 
-def test_dflash2_and_ar_sample_the_same_distribution(qwen3_untied_dirs, tmp_path):
-    """Joint distribution of the first three tokens over many seeds, AR vs DFlash2 (the bigram drafter
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
+def test_dflash2_and_ar_sample_the_same_distribution(qwen3_untied_dirs, untied_target, tmp_path, monkeypatch,
+                                                      mutation):
+    """The first three tokens over many seeds are distributed as AR's with DFlash2 (the bigram drafter
     with a mild gamma, so its q is spread and both acceptance paths run)."""
-    target = qwen3_untied_dirs[0]
-    plain = load_pair(target, None)
+    target, plain = qwen3_untied_dirs[0], untied_target
     ids = encode_prompt(plain.tokenizer, PROMPTS[2], chat=False)
     ar, _ = run(plain, ids, mode="ar", max_tokens=16)
     pair = load_pair(target, write_bigram_drafter(tmp_path / "mild", target, ids + ar.token_ids, gamma=3.0,
                                                   block_size=4))
-    samples, accepted = {"ar": Counter(), "dflash": Counter()}, 0
-    for seed in range(300):
-        for mode in samples:
-            summary, rounds = run(pair, ids, mode=mode, max_tokens=3, block_size=4 if mode == "dflash" else None,
-                                  sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
-            samples[mode][tuple(summary.token_ids)] += 1
-            accepted += sum(r.accepted for r in rounds)
-    assert accepted > 0, samples  # drafts were accepted, not only resampled
-    assert_same_distribution(samples, ALPHA)
+    exact = exact_outcomes(pair, ids, SamplingSettings(temperature=1.0, top_k=2), tokens=3)
+    accepted = Counter()
+
+    def outcome(seed):
+        summary, rounds = run(pair, ids, mode="dflash", max_tokens=3, block_size=4,
+                              sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
+        accepted["drafts"] += sum(r.accepted for r in rounds)
+        return tuple(summary.token_ids)
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
+    assert accepted["drafts"] > 0 or mutation  # drafts were accepted, not only resampled
 
 
 def test_trace_round_trip_keeps_the_selector(dflash2_dirs, tmp_path, capsys):

@@ -18,10 +18,8 @@ from engine.models.pair import load_pair
 from engine.tools.parity import run_parity
 from engine.training.trainer import TrainSettings
 
-from conftest import PROMPTS
 from fixtures.tiny_dflash2 import dflash2_config_dict
-from helpers import run
-from test_training import SMALL, make_trainer
+from helpers import PROMPTS, SMALL_TRAINING as SMALL, make_trainer, run
 
 SMALL2 = replace(SMALL, arch="dflash2", selector_rank=8, selector_top_k=6)
 

@@ -26,7 +26,6 @@ from engine.models.pair import load_pair
 from engine.tools.parity import first_divergence, logit_margin, near_tie_threshold
 from engine.tools.trace import read_trace
 from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
-from test_app_common import app_env, make_window  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):"
@@ -53,19 +52,21 @@ def _free_ports(count: int) -> int:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLX_RANK", "MLX_HOSTFILE"))}
-    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), **extra}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")]),
+            **extra}
 
 
 def launch(argv: list[str], ranks: int = 2, timeout: float = 240, script: str | None = None,
-           script_dir: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+           script_dir: Path | None = None, measured: bool = False, **env: str) -> subprocess.CompletedProcess:
     """`mlx.launch -n ranks --backend ring` on our CLI (or on `script`, written to script_dir),
-    on free loopback ports."""
+    on free loopback ports. The CLI reads the fixed cost curve (fixtures/fixed_cost_curve.py) unless
+    `measured`: every rank still agrees on rank 0's curve, without timing three depths first."""
     if script is not None:
         path = script_dir / "rank_script.py"
         path.write_text(script)
         program = [str(path)]
     else:
-        program = ["-m", "engine.tools.cli"]
+        program = ["-m", "engine.tools.cli" if measured else "fixtures.fixed_cost_curve"]
     for _ in range(3):
         cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
                "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_ports(ranks)),
@@ -102,14 +103,30 @@ def _unsharded_ar(target: Path) -> tuple[list[int], list[int], object]:
     return ids, summary.token_ids, pair
 
 
+@pytest.fixture(scope="module")
+def sharded_run(sharded_pairs, tmp_path_factory):
+    """run(name) -> (process, trace): `generate` of that pair on two ranks with a trace, launched once
+    per module (the window opens the same run's trace)."""
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            target, drafter = sharded_pairs[name]
+            trace = tmp_path_factory.mktemp(f"sharded-{name}") / "run.jsonl"
+            runs[name] = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
+                                 "--max-tokens", str(TOKENS), "--json", "--trace", str(trace)]), trace
+        return runs[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name,sharding", [("dense", "tensor"), ("oracle", "tensor"), ("qwen3_5", "tensor"),
                                            ("qwen3_next", "pipeline")])
-def test_two_ranks_give_the_unsharded_ar_tokens(sharded_pairs, tmp_path, name, sharding):
+@pytest.mark.slow  # starts ranks with mlx.launch
+def test_two_ranks_give_the_unsharded_ar_tokens(sharded_pairs, sharded_run, name, sharding):
     target, drafter = sharded_pairs[name]
     ids, reference, pair = _unsharded_ar(target)
-    trace = tmp_path / "run.jsonl"
-    proc = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
-                   "--max-tokens", str(TOKENS), "--json", "--trace", str(trace)])
+    proc, trace = sharded_run(name)
     outputs = _json_lines(proc.stdout)
     assert len(outputs) == 1, f"only rank 0 prints: {proc.stdout!r} {proc.stderr[-2000:]}"
     got = outputs[0]
@@ -126,9 +143,10 @@ def test_two_ranks_give_the_unsharded_ar_tokens(sharded_pairs, tmp_path, name, s
     assert [r for r in records if r["type"] == "summary"][0]["token_ids"] == got["token_ids"]
     if name == "oracle":  # every draft right: rounds accept whole blocks on the sharded target too
         assert all(r["accepted"] == len(r["drafted"]) for r in records if r["type"] == "round")
-    assert not list(tmp_path.glob("*.partial")), "no partial trace left behind"
+    assert not list(trace.parent.glob("*.partial")), "no partial trace left behind"
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
     target, drafter = sharded_pairs["qwen3_5"]
     prompts = tmp_path / "prompts.jsonl"
@@ -143,10 +161,11 @@ def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
     assert result["ar_tok_s"] > 0 and result["dflash_tok_s"] > 0
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
     target, drafter = sharded_pairs["dense"]
     proc = launch(["calibrate", "--target", str(target), "--drafter", str(drafter), "--block-size", "4",
-                   "--repeats", "1", "--json"])
+                   "--repeats", "1", "--json"], measured=True)
     outputs = _json_lines(proc.stdout)
     assert len(outputs) == 1, proc.stderr[-2000:]
     curve = outputs[0]
@@ -155,6 +174,7 @@ def test_calibrate_under_launch_gives_every_rank_rank_0s_curve(sharded_pairs):
     assert curve["cached"] is False  # ranks never read a per-host cache
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_rank_0s_clock_decides_every_ranks_calibration_sweeps(sharded_pairs, tmp_path):
     """How many timing sweeps a depth takes hangs on the clock, and each rank reads its own: here rank
     1's would always allow another and rank 0's never. Every rank takes rank 0's count; a rank that
@@ -175,6 +195,7 @@ def test_rank_0s_clock_decides_every_ranks_calibration_sweeps(sharded_pairs, tmp
     assert sweeps == ["1", "1"], (sweeps, proc.stdout, proc.stderr[-2000:])
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_parity_under_launch_reports_from_rank_0(sharded_pairs):
     target, drafter = sharded_pairs["qwen3_next"]  # pipeline
     proc = launch(["parity", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
@@ -184,6 +205,7 @@ def test_parity_under_launch_reports_from_rank_0(sharded_pairs):
     assert outputs[0]["identical"] is True
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_a_model_mlx_lm_cannot_shard_is_named_in_one_line(models_root, tokenizer_dir):
     from fixtures import tiny_models as tm
 
@@ -196,6 +218,7 @@ def test_a_model_mlx_lm_cannot_shard_is_named_in_one_line(models_root, tokenizer
     assert "'gemma3_text'" in lines[0] and "neither tensor nor pipeline sharding" in lines[0]
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_heads_that_do_not_divide_are_refused_in_one_line(sharded_pairs):
     target, drafter = sharded_pairs["dense"]  # 4 attention heads, 2 key/value heads
     proc = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
@@ -229,6 +252,7 @@ def _rank_job(handler_body: str) -> str:
     return head + textwrap.indent(textwrap.dedent(handler_body), "    ") + tail
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_a_rank_that_dies_gives_one_line_from_rank_0(tmp_path):
     """Rank 1 exits mid-job; rank 0, blocked in a collective, says so in one line and exits 2."""
     script = _rank_job("""
@@ -308,6 +332,7 @@ def test_the_error_line_is_written_with_sigterm_held_back(monkeypatch):
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # and is let through after
 
 
+@pytest.mark.slow  # starts ranks with mlx.launch
 def test_a_hung_rank_is_noticed_by_the_watchdog(tmp_path):
     """Rank 1 stops answering (but stays alive): rank 0's watchdog ends the job with one line."""
     script = _rank_job("""
@@ -363,11 +388,9 @@ def test_demo_refuses_to_run_under_launch(tmp_path):
     assert "`demo` runs in one process" in proc.stderr
 
 
-def test_the_window_opens_a_sharded_runs_trace(qtbot, make_window, sharded_pairs, tmp_path):
-    target, drafter = sharded_pairs["dense"]
-    trace = tmp_path / "sharded.jsonl"
-    proc = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
-                   "--max-tokens", "8", "--trace", str(trace)])
+@pytest.mark.slow  # starts ranks with mlx.launch
+def test_the_window_opens_a_sharded_runs_trace(qtbot, make_window, sharded_run):
+    proc, trace = sharded_run("dense")
     assert trace.is_file(), proc.stderr[-2000:]
     w = make_window()
     assert w.open_trace(trace)

@@ -11,6 +11,8 @@ from engine.models.drafter_config import default_target_layer_ids
 from engine.errors import DFlashError
 from engine.models.pair import load_pair
 
+from helpers import edit_config
+
 
 @pytest.fixture
 def pair_copy(qwen3_tied_dirs, tmp_path):
@@ -18,13 +20,6 @@ def pair_copy(qwen3_tied_dirs, tmp_path):
     shutil.copytree(target, tmp_path / "target")
     shutil.copytree(drafter, tmp_path / "drafter")
     return tmp_path / "target", tmp_path / "drafter"
-
-
-def edit_config(folder, change):
-    path = folder / "config.json"
-    config = json.loads(path.read_text())
-    change(config)
-    path.write_text(json.dumps(config))
 
 
 def problem(target, drafter):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 
 import mlx.core as mx
 import pytest
@@ -17,8 +16,8 @@ from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.errors import DFlashError, IncompatiblePairError, SettingsError
 from fixtures import tiny_models as tm
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from distribution import check_exactness, exact_outcomes, verified_unfiltered
+from helpers import PROMPTS, run
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +67,18 @@ def test_a_draft_model_that_is_often_wrong_stays_lossless(qwen3_pair, other_targ
         assert any(r.accepted < len(r.drafted) for r in rounds)
 
 
-def test_sampling_with_a_draft_model_is_exact(qwen3_pair, other_target):
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
+def test_sampling_with_a_draft_model_is_exact(qwen3_pair, other_target, monkeypatch, mutation):
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
-    samples = {"ar": Counter(), "draft-model": Counter()}
-    for seed in range(300):
+    exact = exact_outcomes(qwen3_pair, ids, SamplingSettings(temperature=1.0, top_k=3), tokens=2)
+
+    def outcome(seed):
         sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
-        for mode in samples:
-            extra = {"draft_model": str(other_target), "num_draft": 2} if mode != "ar" else {}
-            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=3, **extra)
-            samples[mode][tuple(summary.token_ids[:2])] += 1
-    assert_same_distribution(samples)
+        summary, _ = run(qwen3_pair, ids, mode="draft-model", sampling=sampling, max_tokens=3,
+                         draft_model=str(other_target), num_draft=2)
+        return tuple(summary.token_ids[:2])
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
 
 
 def test_what_draft_model_mode_refuses(qwen3_pair, oracle_dirs, tmp_path, capsys):

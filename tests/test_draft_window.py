@@ -3,8 +3,6 @@ and that they reach round events, traces and doctor."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import mlx.core as mx
 import pytest
 
@@ -14,9 +12,8 @@ from engine.errors import SettingsError
 from engine.models.drafter import ContextCache
 from engine.models.pair import load_pair
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
-from test_parity import assert_lossless
+from distribution import check_exactness, exact_outcomes, verified_unfiltered
+from helpers import PROMPTS, assert_lossless, run
 
 LONG = " ".join(PROMPTS) * 2
 
@@ -74,17 +71,19 @@ def test_rounds_say_how_much_context_the_drafter_saw(qwen3_pair):
     assert [r.draft_context for r in windowed if r.drafted] == [min(r.position, 8) for r in windowed if r.drafted]
 
 
-def test_sampling_stays_exact_with_a_window(qwen3_pair):
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
+def test_sampling_stays_exact_with_a_window(qwen3_pair, monkeypatch, mutation):
     """At T > 0 the first two tokens after a long prompt are distributed as AR's with a window and sink."""
     ids = encode_prompt(qwen3_pair.tokenizer, LONG, chat=False)
-    samples = {"ar": Counter(), "dflash": Counter()}
-    for seed in range(300):
+    exact = exact_outcomes(qwen3_pair, ids, SamplingSettings(temperature=1.0, top_k=3), tokens=2)
+
+    def outcome(seed):
         sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
-        for mode in samples:
-            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=2,
-                             draft_window=5, draft_sink=1)
-            samples[mode][tuple(summary.token_ids)] += 1
-    assert_same_distribution(samples)
+        summary, _ = run(qwen3_pair, ids, mode="dflash", sampling=sampling, max_tokens=2, draft_window=5,
+                         draft_sink=1)
+        return tuple(summary.token_ids)
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
 
 
 @pytest.mark.parametrize("settings, words", [

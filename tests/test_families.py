@@ -4,6 +4,7 @@ import mlx.core as mx
 import pytest
 
 from fixtures import tiny_models as tm
+from fixtures.tiny_models import GRANITE, write_config_target
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import run_parity
 from engine.decode.prompts import encode_prompt
@@ -12,29 +13,10 @@ from engine.runtime.streams import STREAM
 from engine.models.target import make_target_cache
 from engine.models.taps import install_taps, remove_taps
 
-from conftest import PROMPTS
-from helpers import run
+from helpers import PROMPTS, run
 
 FAMILIES = ["qwen3", "qwen2", "llama", "mistral", "gemma3_text", "granite"]
 LONG = PROMPTS[0] + "\n" + PROMPTS[1]  # longer than the 8-token sliding windows of the fixtures
-# Granite scales its embeddings and logits by config keys (granite-3.0 values, but logits_scaling).
-GRANITE = {"embedding_multiplier": 12.0, "logits_scaling": 0.5, "attention_multiplier": 0.0625,
-           "residual_multiplier": 0.22, "attention_bias": False, "mlp_bias": False}
-
-
-def write_config_target(out, tokenizer_dir, model_type: str, seed: int, **keys):
-    """A random target whose config holds extra keys its family needs (tm.write_target takes none)."""
-    import json
-    import shutil
-
-    out.mkdir(parents=True)
-    vocab, eos, _ = tm._vocab_and_eos(tokenizer_dir)
-    config = {**tm.target_config(vocab, eos, model_type=model_type), **keys}
-    mx.random.seed(seed)
-    tm._save(tm.build_target_model(config), out, mx.float32)
-    (out / "config.json").write_text(json.dumps(config))
-    for name in tm.TOKENIZER_FILES:
-        shutil.copy(tokenizer_dir / name, out / name)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

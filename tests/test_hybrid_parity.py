@@ -21,28 +21,13 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from engine.runtime.streams import STREAM
 from engine.models.target import make_target_cache
-from fixtures.tiny_hybrid import HYBRID_KINDS, scripted_pair, write_hybrid_drafter, write_hybrid_target
+from fixtures.tiny_hybrid import HYBRID_KINDS, scripted_pair
 from kernels.gated_delta import kernel_status
 
-from conftest import PROMPTS
-from helpers import run
+from helpers import PROMPTS, run
 
 WINDOW = 8
 LONG_PROMPT = " ".join(reversed(PROMPTS)) * 2  # > 4 sliding windows of the drafter
-
-
-@pytest.fixture(scope="module")
-def hybrid_dirs(models_root, tokenizer_dir):
-    """{kind: (target, drafter)}: newer-schema drafters mixing a sliding (window 8) and a full layer."""
-    dirs = {}
-    for n, kind in enumerate(HYBRID_KINDS):
-        target, drafter = models_root / f"hybrid-{kind}-target", models_root / f"hybrid-{kind}-drafter"
-        if not target.exists():
-            write_hybrid_target(target, tokenizer_dir, kind, seed=40 + n)
-            write_hybrid_drafter(drafter, target, seed=50 + n, schema="newer", layers=2, block_size=8,
-                                 layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW)
-        dirs[kind] = (target, drafter)
-    return dirs
 
 
 @pytest.fixture(scope="module")
@@ -186,34 +171,26 @@ def test_cli_rollback_option(hybrid_dirs, capsys):
         cli(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x", "--rollback", "undo"])
 
 
-def test_window_checks_kernels_on_the_worker_only(hybrid_dirs, qtbot, monkeypatch, tmp_path):
+def test_window_checks_kernels_on_the_worker_only(hybrid_dirs, qtbot, make_window, monkeypatch):
     """The doctor's verdict runs on the GUI thread; the GatedDeltaNet kernel check (which may
     compile and self-check a GPU kernel) must not: it runs when the worker loads the pair."""
     import threading
 
     import kernels.gated_delta as gd
-    from app.window import MainWindow
 
-    for name, sub in (("DFLASH_CONFIG_DIR", "config"), ("DFLASH_LOG_DIR", "logs"), ("HF_HUB_CACHE", "hf"),
-                      ("DFLASH_MODELS_DIR", "none")):
-        monkeypatch.setenv(name, str(tmp_path / sub))
     threads = []
     real = gd.kernel_status
     monkeypatch.setattr(gd, "kernel_status", lambda: threads.append(threading.current_thread()) or real())
-    w = MainWindow()
-    qtbot.addWidget(w)
-    try:
-        target, drafter = hybrid_dirs[HYBRID_KINDS[0]]
-        w.models.target.set_value(str(target))
-        w.models.drafter.set_value(str(drafter))
-        w.models.check_now()
-        assert w.models.verdict_ok and not threads  # the verdict came from files alone
-        with qtbot.waitSignal(w.load_finished, timeout=60_000):
-            w.start_load()
-        assert threads and all(t is not threading.main_thread() for t in threads)
-        assert w.loaded.facts["gated_delta"] == real()
-    finally:
-        w.close()
+    w = make_window()
+    target, drafter = hybrid_dirs[HYBRID_KINDS[0]]
+    w.models.target.set_value(str(target))
+    w.models.drafter.set_value(str(drafter))
+    w.models.check_now()
+    assert w.models.verdict_ok and not threads  # the verdict came from files alone
+    with qtbot.waitSignal(w.load_finished, timeout=60_000):
+        w.start_load()
+    assert threads and all(t is not threading.main_thread() for t in threads)
+    assert w.loaded.facts["gated_delta"] == real()
 
 
 def test_auto_verify_length_stays_lossless_with_tape_replay(hybrid_pairs, monkeypatch):

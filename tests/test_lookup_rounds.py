@@ -14,8 +14,8 @@ from engine.errors import SettingsError
 from engine.models.pair import load_pair
 from engine.tools.parity import run_parity
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from distribution import RUNS, check_exactness, exact_outcomes, verified_unfiltered
+from helpers import PROMPTS, run
 
 
 def test_lookup_mode_needs_no_drafter_and_copies_a_repeating_output(alternating_dirs, oracle_ids):
@@ -34,8 +34,8 @@ def test_lookup_mode_needs_no_drafter_and_copies_a_repeating_output(alternating_
     assert all(r.draft_context is None for r in rounds)
 
 
-def test_dflash_rounds_take_a_copy_where_it_runs_deep_and_stay_lossless(alternating_dirs, oracle_ids, qwen3_pair):
-    pair = load_pair(*alternating_dirs)
+def test_dflash_rounds_take_a_copy_where_it_runs_deep_and_stay_lossless(alternating_pair, oracle_ids, qwen3_pair):
+    pair = alternating_pair
     ids = [7, 8, oracle_ids[0]]
     ar, _ = run(pair, ids, mode="ar", max_tokens=80)
     mixed, rounds = run(pair, ids, max_tokens=80, lookup=True)
@@ -61,10 +61,11 @@ def test_lookup_mode_refuses_what_it_cannot_take(qwen3_pair):
         GenerationSettings(mode="copy").resolved(qwen3_pair)
 
 
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
 @pytest.mark.parametrize("mode, extra, splits_to", [("lookup", {}, None),
                                                     ("dflash", {"lookup": True, "block_size": 4}, "copy"),
                                                     ("dflash", {"lookup": True, "block_size": 4}, "drafter")])
-def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra, splits_to):
+def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra, splits_to, mutation):
     """A copy has no distribution of its own: verified with q one-hot on it, the first two tokens are
     distributed as AR's. A random target rarely copies, so every round here is offered a deep
     'copy' of the greedy continuation (likely tokens, often accepted, sometimes not). In DFlash
@@ -85,23 +86,25 @@ def test_sampling_with_copies_is_exact(qwen3_pair, monkeypatch, mode, extra, spl
     monkeypatch.setattr(LookupProposer, "match", match)
     if splits_to == "drafter":
         monkeypatch.setattr(CopyJudge, "prefers_copy", lambda self: False)
-    samples = {"ar": Counter(), mode: Counter()}
-    copied = accepted = blocks = 0
-    for seed in range(300):
+    exact = exact_outcomes(qwen3_pair, ids, SamplingSettings(temperature=1.0, top_k=3), tokens=2)
+    seen = Counter()
+
+    def outcome(seed):
         sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
-        ar, _ = run(qwen3_pair, ids, mode="ar", sampling=sampling, max_tokens=3)
         summary, rounds = run(qwen3_pair, ids, mode=mode, sampling=sampling, max_tokens=3, **extra)
-        samples["ar"][tuple(ar.token_ids[:2])] += 1
-        samples[mode][tuple(summary.token_ids[:2])] += 1
         copies = [r for r in rounds if r.source == "lookup"]
-        copied += bool(copies)
-        accepted += any(r.accepted for r in copies)
-        blocks += any(r.source == "drafter" and r.choice.startswith("copy and block part") for r in rounds)
+        seen["copied"] += bool(copies)
+        seen["accepted"] += any(r.accepted for r in copies)
+        seen["blocks"] += any(r.source == "drafter" and r.choice.startswith("copy and block part") for r in rounds)
+        return tuple(summary.token_ids[:2])
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
+    if mutation is not None:
+        return
     if splits_to == "drafter":
-        assert blocks == 300  # every run verified a block the copy was checked against
-    else:
-        assert copied == 300 and 20 < accepted < 280  # every run verified a copy; some kept, some not
-    assert_same_distribution(samples)
+        assert seen["blocks"] == RUNS  # every run verified a block the copy was checked against
+    else:  # every run verified a copy; some kept, some not
+        assert seen["copied"] == RUNS and 0.05 * RUNS < seen["accepted"] < 0.95 * RUNS, seen
 
 
 def test_a_copy_verified_by_speculative_sampling_leaves_the_target_distribution():
@@ -129,13 +132,13 @@ def test_a_copy_verified_by_speculative_sampling_leaves_the_target_distribution(
     assert 0.2 * n < accepted_any < 0.4 * n  # the copy kept with probability p(2) = 0.3
 
 
-def test_a_copy_ends_autos_plain_stretch(alternating_dirs, oracle_ids, monkeypatch):
+def test_a_copy_ends_autos_plain_stretch(alternating_pair, oracle_ids, monkeypatch):
     """Where auto finds drafting does not pay it runs plain steps in stretches; with --lookup a copy
     that runs deep ends the stretch, and the copies are verified as in fixed-length rounds."""
     from engine.decode.verify_length import VerifyLengthController
 
     monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)  # drafting never pays
-    pair = load_pair(*alternating_dirs)
+    pair = alternating_pair
     ids = [7, 8, oracle_ids[0]]
     ar, _ = run(pair, ids, mode="ar", max_tokens=80)
     plain, plain_rounds = run(pair, ids, max_tokens=80, auto=True)
@@ -148,7 +151,7 @@ def test_a_copy_ends_autos_plain_stretch(alternating_dirs, oracle_ids, monkeypat
     assert len(rounds) < len(plain_rounds) / 4
 
 
-def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_dirs, oracle_ids, monkeypatch):
+def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_pair, oracle_ids, monkeypatch):
     """With --lookup each plain step asks whether a copy is ready; it must ask after the next forward
     was queued (the target's cache already holds the token just read), as AR's loop overlaps a step
     with the next one's graph building, or every plain step pays for that building alone."""
@@ -164,7 +167,7 @@ def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_dirs, oracle
         return real(self)
 
     monkeypatch.setattr(SpeculativeDecoder, "copy_ready", copy_ready)
-    pair = load_pair(*alternating_dirs)
+    pair = alternating_pair
     ids = [7, 8, oracle_ids[0]]
     ar, _ = run(pair, ids, mode="ar", max_tokens=80)
     mixed, rounds = run(pair, ids, max_tokens=80, auto=True, lookup=True)
@@ -173,7 +176,7 @@ def test_plain_steps_watching_for_a_copy_stay_pipelined(alternating_dirs, oracle
     assert set(ahead) == {-1, 0} and ahead.count(0) > 5
 
 
-def test_a_copy_is_as_long_as_the_cost_curve_makes_pay(alternating_dirs, oracle_ids, monkeypatch):
+def test_a_copy_is_as_long_as_the_cost_curve_makes_pay(alternating_pair, oracle_ids, monkeypatch):
     """With auto the cost curve prices a copy's length: where each verified position costs over half a step
     (a bfloat16 or 4-bit target on a CPU comes near it), copies stay short instead of verifying up to 32
     tokens (an 18-token copy there cost 10 AR steps and committed 2). Outputs stay AR's."""
@@ -191,7 +194,7 @@ def test_a_copy_is_as_long_as_the_cost_curve_makes_pay(alternating_dirs, oracle_
 
     monkeypatch.setattr(speculative, "cost_curve_steps", cached)
     monkeypatch.setattr(VerifyLengthController, "best", lambda self, depth=0: 1)  # the drafter never pays here
-    pair = load_pair(*alternating_dirs)
+    pair = alternating_pair
     ids = [7, 8, oracle_ids[0]]
     ar, _ = run(pair, ids, mode="ar", max_tokens=80)
     priced, rounds = run(pair, ids, max_tokens=80, auto=True, lookup=True)

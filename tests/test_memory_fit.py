@@ -10,8 +10,6 @@ import pytest
 from engine.models import memory_fit
 from engine.models.memory_fit import GIB, estimate, estimate_pair, human_bytes, layer_kinds, machine_memory
 
-from test_app_common import app_env, make_window  # noqa: F401
-
 # The tiny fixtures: targets of 4 layers, 2 KV heads of 16, float32, 4,096 positions; drafters of
 # 2 layers with the same attention shape and no dtype of their own (so the target's).
 TINY_TARGET_KV = 4 * 2 * 2 * 16 * 4 * 4096

@@ -23,7 +23,7 @@ from app.cli import main as cli
 from engine.models.checkpoint import target_fingerprint
 from engine.tools.trace import read_trace
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 
 def _snapshot(*roots: Path) -> dict[str, str]:
@@ -401,7 +401,7 @@ def _env():
 def test_kill_9_mid_training_resumes_from_a_checkpoint(qwen3_tied_dirs, corpus_dir, tmp_path, capsys):
     """SIGKILL while train-drafter checkpoints every step: --resume continues from a saved step."""
     out = tmp_path / "drafter"
-    argv = _train(qwen3_tied_dirs[0], corpus_dir, out, "--steps", "150")
+    argv = _train(qwen3_tied_dirs[0], corpus_dir, out, "--steps", "40")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", *argv], env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -420,7 +420,7 @@ def test_kill_9_mid_training_resumes_from_a_checkpoint(qwen3_tied_dirs, corpus_d
     assert "resumed from step " in err
     step = int(err.split("resumed from step ")[1].split()[0])
     assert step >= 3
-    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 150
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 40
 
 
 def test_kill_9_mid_settings_save_leaves_settings_that_load(tmp_path):
@@ -476,7 +476,7 @@ def test_ctrl_c_mid_training_resumes_exactly_as_if_never_stopped(qwen3_tied_dirs
     """SIGINT lands wherever it lands in a step; the run saves a consistent state, exits 130, and a
     resumed run ends with the very weights of an uninterrupted one."""
     whole, split = tmp_path / "whole", tmp_path / "split"
-    steps = ["--steps", "40"]
+    steps = ["--steps", "20"]
     assert cli(_train(qwen3_tied_dirs[0], corpus_dir, whole, *steps)) == 0
     capsys.readouterr()
     argv = _train(qwen3_tied_dirs[0], corpus_dir, split, *steps)
@@ -498,7 +498,7 @@ def test_ctrl_c_mid_training_resumes_exactly_as_if_never_stopped(qwen3_tied_dirs
         if proc.poll() is None:
             proc.kill()
     stopped_at = json.loads((split / "checkpoint" / "state.json").read_text())["step"]
-    assert 3 <= stopped_at < 40
+    assert 3 <= stopped_at < 20
     assert cli(argv + ["--resume"]) == 0
     capsys.readouterr()
     assert (split / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

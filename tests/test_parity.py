@@ -7,18 +7,7 @@ from engine.tools.parity import run_parity
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 
-from conftest import PROMPTS
-
-
-def assert_lossless(pair, prompts, **settings):
-    for prompt in prompts:
-        ids = encode_prompt(pair.tokenizer, prompt, chat=False)
-        result = run_parity(pair, ids, GenerationSettings(max_tokens=48, **settings))
-        if not result.identical:
-            # Only a floating-point near-tie may flip, and the tools must say where and by how much.
-            assert result.margin_at_divergence is not None, (prompt, result.to_dict())
-            assert result.margin_at_divergence < result.near_tie, (prompt, result.to_dict())
-        assert result.dflash.num_rounds > 0
+from helpers import PROMPTS, assert_lossless
 
 
 @pytest.mark.parametrize("dirs", ["qwen3_tied_dirs", "qwen3_untied_dirs", "llama_dirs"])

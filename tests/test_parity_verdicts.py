@@ -11,7 +11,7 @@ from engine.decode.events import StartEvent
 from engine.tools.parity import DIVERGENCE, IDENTICAL, NEAR_TIE, SAMPLES, near_tie_threshold, parity_verdict
 from fixtures import tiny_models as tm
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 
 def pair_args(dirs):

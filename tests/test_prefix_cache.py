@@ -14,8 +14,7 @@ from engine.decode.settings import GenerationSettings, SamplingSettings
 from engine.models.pair import load_pair
 from engine.tools.parity import run_parity
 
-from conftest import PROMPTS
-from test_hybrid_parity import hybrid_dirs  # noqa: F401  (the tiny hybrid targets)
+from helpers import PROMPTS
 
 CHUNK = 8
 LONG = " ".join(PROMPTS) * 2
@@ -116,7 +115,7 @@ def test_a_stopped_prefill_is_kept_and_the_next_run_goes_on_from_it(qwen3_pair):
 
 
 @pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_next"])
-def test_a_hybrid_target_goes_back_through_its_recurrent_state(hybrid_dirs, kind):  # noqa: F811
+def test_a_hybrid_target_goes_back_through_its_recurrent_state(hybrid_dirs, kind):
     pair = load_pair(*hybrid_dirs[kind])
     ids = _ids(pair, LONG)
     edited = ids[:-3] + _ids(pair, " x")

@@ -1,7 +1,5 @@
 """Round mechanics on a hand-built pair where every draft is right, plus cut, stop and cancel."""
 
-import pytest
-
 from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 from engine.decode.cancel import CancelToken
 from engine.decode.generate import generate
@@ -9,18 +7,12 @@ from engine.decode.settings import GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 
-from conftest import PROMPTS
-from helpers import in_thread, run
+from helpers import PROMPTS, in_thread, run
 
 
-@pytest.fixture(scope="module")
-def oracle(oracle_dirs):
-    return load_pair(*oracle_dirs)
-
-
-def test_every_draft_accepted_runs_bonus_path(oracle, oracle_ids):
+def test_every_draft_accepted_runs_bonus_path(oracle_pair, oracle_ids):
     first, second = oracle_ids
-    summary, rounds = run(oracle, "hello world", max_tokens=1 + 16 * 3, block_size=16)
+    summary, rounds = run(oracle_pair, "hello world", max_tokens=1 + 16 * 3, block_size=16)
     assert summary.token_ids == [first] + [second] * 48
     assert len(rounds) == 3
     for r in rounds:
@@ -30,12 +22,12 @@ def test_every_draft_accepted_runs_bonus_path(oracle, oracle_ids):
     assert summary.mean_acceptance_length == 16.0
     assert summary.acceptance_histogram[15] == 3
     assert summary.per_position_acceptance == [1.0] * 15
-    ar, _ = run(oracle, "hello world", mode="ar", max_tokens=49)
+    ar, _ = run(oracle_pair, "hello world", mode="ar", max_tokens=49)
     assert ar.token_ids == summary.token_ids
 
 
-def test_positions_advance_by_committed_tokens(oracle):
-    summary, rounds = run(oracle, "hello world", max_tokens=40, block_size=8)
+def test_positions_advance_by_committed_tokens(oracle_pair):
+    summary, rounds = run(oracle_pair, "hello world", max_tokens=40, block_size=8)
     prompt_len = summary.prompt_tokens
     assert rounds[0].position == prompt_len
     for a, b in zip(rounds, rounds[1:]):
@@ -43,8 +35,8 @@ def test_positions_advance_by_committed_tokens(oracle):
         assert b.anchor == a.bonus
 
 
-def test_max_tokens_cuts_inside_accepted_block(oracle):
-    summary, rounds = run(oracle, "hello world", max_tokens=20, block_size=16)
+def test_max_tokens_cuts_inside_accepted_block(oracle_pair):
+    summary, rounds = run(oracle_pair, "hello world", max_tokens=20, block_size=16)
     assert summary.num_generated == 20 and summary.stop_reason == "max_tokens"
     # 1 from prefill + 16 in round 0; the last block is only 3 long.
     assert [len(r.committed) for r in rounds] == [16, 3]
@@ -129,10 +121,10 @@ def test_text_events_rebuild_the_output(qwen3_pair):
     assert [t for e in texts for t in e.token_ids] == summary.token_ids
 
 
-def test_partial_accept_then_correction(alternating_dirs, oracle_ids):
+def test_partial_accept_then_correction(alternating_pair, oracle_ids):
     first, second = oracle_ids
     third = 300
-    pair = load_pair(*alternating_dirs)
+    pair = alternating_pair
     df, rounds = run(pair, "hello world", max_tokens=21, block_size=16)
     ar, _ = run(pair, "hello world", mode="ar", max_tokens=21)
     assert df.token_ids == ar.token_ids == [first] + [second, third] * 10

@@ -12,8 +12,8 @@ from engine.decode.acceptance import accept
 from engine.decode.sampling import Sampler, log_probs
 from engine.decode.settings import SamplingSettings
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from distribution import check_exactness, exact_outcomes, verified_unfiltered
+from helpers import PROMPTS, run
 
 ALPHA = 1e-3  # false-alarm rate of each statistical test
 
@@ -100,19 +100,18 @@ def test_the_filters_give_mlx_lms_distribution(vocab, filters):
     assert ((got > 0) == (want > 0)).all().item()  # the same tokens filtered out
 
 
-def test_dflash_and_ar_sample_the_same_distribution(qwen3_pair):
-    """Joint distribution of the first two generated tokens over many seeds, AR vs DFlash."""
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
+def test_dflash_samples_ars_distribution(qwen3_pair, monkeypatch, mutation):
+    """The first two generated tokens of DFlash (block 4) over many seeds are distributed as AR's;
+    a rejection resampled from p instead of the residual is caught."""
     ids = encode_prompt(qwen3_pair.tokenizer, PROMPTS[2], chat=False)
-    settings = dict(temperature=1.0, top_k=3, max_tokens=2, block_size=4)
-    n = 300
-    samples = {"ar": Counter(), "dflash": Counter()}
-    for seed in range(n):
-        for mode in samples:
-            summary, _ = run(qwen3_pair, ids, mode=mode, sampling=SamplingSettings(
-                temperature=settings["temperature"], top_k=settings["top_k"], seed=seed),
-                max_tokens=settings["max_tokens"], block_size=settings["block_size"] if mode == "dflash" else None)
-            samples[mode][tuple(summary.token_ids)] += 1
-    assert_same_distribution(samples, ALPHA)
+    exact = exact_outcomes(qwen3_pair, ids, SamplingSettings(temperature=1.0, top_k=3), tokens=2)
+
+    def outcome(seed):
+        sampling = SamplingSettings(temperature=1.0, top_k=3, seed=seed)
+        return tuple(run(qwen3_pair, ids, mode="dflash", sampling=sampling, max_tokens=2, block_size=4)[0].token_ids)
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
 
 
 @pytest.mark.parametrize(

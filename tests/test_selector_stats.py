@@ -7,9 +7,8 @@ import pytest
 from engine.decode.events import RoundEvent, to_dict
 from engine.decode.selector_stats import miss, positions, selector_stats, top_k
 from engine.models.pair import load_pair
-from conftest import PROMPTS
 from fixtures.tiny_dflash2 import write_dflash2_drafter
-from helpers import run
+from helpers import PROMPTS, run
 
 
 def _round(index, drafted, accepted, bonus, candidates=(), ranks=(), plain=()):

@@ -9,8 +9,7 @@ from engine.decode.output import OutputTracker
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings
 
-from conftest import PROMPTS
-from helpers import run
+from helpers import PROMPTS, run
 
 
 def stream(pair, ids, **settings):

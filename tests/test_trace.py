@@ -12,7 +12,7 @@ from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
 from engine.decode.prompts import encode_prompt
 from engine.tools.trace import SCHEMA, TraceWriter, read_trace
 
-from conftest import PROMPTS
+from helpers import PROMPTS
 
 
 def test_trace_schema_via_cli(qwen3_tied_dirs, tmp_path, capsys):

@@ -17,19 +17,9 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from fixtures.tiny_models import drafter_config_dict
 from engine.training.data import read_texts, token_stream
-from engine.training.trainer import DrafterTrainer, TrainSettings
+from engine.training.trainer import DrafterTrainer
 
-from conftest import PROMPTS
-
-SMALL = TrainSettings(layers=1, block_size=8, steps=6, batch=2, seq_len=48, anchors=4, lr=3e-3, warmup=2,
-                      eval_every=3, eval_fraction=0.1)
-
-
-def make_trainer(target_dir, corpus_dir, out, settings):
-    pair = load_pair(target_dir, None)
-    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
-    return DrafterTrainer(pair, tokens, out, settings)
-
+from helpers import PROMPTS, SMALL_TRAINING as SMALL, make_trainer
 
 @pytest.mark.parametrize("layer_types, window", [(["full_attention"] * 2, None),
                                                   (["sliding_attention", "full_attention"], 6)])
@@ -87,13 +77,13 @@ def test_resume_refuses_other_settings(qwen3_tied_dirs, corpus_dir, tmp_path):
     assert f"(--batch 2 --seq-len {SMALL.seq_len})" in said
 
 
-def test_resume_refuses_other_text(qwen3_tied_dirs, corpus_dir, tmp_path):
+def test_resume_refuses_other_text(qwen3_tied_dirs, qwen3_target, corpus_dir, tmp_path):
     """A checkpoint resumed on other text would mix two runs without a word."""
     t = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", SMALL)
     t.run(checkpoint_every=3, should_stop=lambda: t.step >= 3)
-    pair = load_pair(qwen3_tied_dirs[0], None)
-    tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
-    other = DrafterTrainer(pair, tokens[:-7], tmp_path / "c", SMALL)
+    tokenizer = qwen3_target.tokenizer
+    tokens = token_stream(tokenizer, read_texts([str(corpus_dir)]), tokenizer.eos_token_id)
+    other = DrafterTrainer(load_pair(qwen3_tied_dirs[0], None), tokens[:-7], tmp_path / "c", SMALL)
     with pytest.raises(DFlashError, match="trained on other text"):
         other.resume()
     assert make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "c", SMALL).resume()
@@ -462,12 +452,12 @@ def test_cli_fine_tunes_on_prompts_shaped_like_use(qwen3_tied_dirs, corpus_dir, 
     assert "--layers cannot be combined with --init" in capsys.readouterr().err
     assert cli(args + ["--distill-prompts", str(prompts), "--distill-new-tokens", "12"]) == 0
     written = np.load(out / "distill_prompts.npy")
-    pair = load_pair(target, None)
-    corpus = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
+    tokenizer = load_pair(target, None).tokenizer
+    corpus = token_stream(tokenizer, read_texts([str(corpus_dir)]), tokenizer.eos_token_id)
     # the continuations are added to the corpus (they replaced it, silently: 182 tokens to train on)
     assert f"training text: --data ({len(corpus):,} tokens) + the target's continuations of {len(PROMPTS)} " \
            f"--distill-prompts ({len(written):,} tokens)" in capsys.readouterr().err
-    assert len(_rows(written, load_pair(target, None).tokenizer.eos_token_id)) == len(PROMPTS)
+    assert len(_rows(written, tokenizer.eos_token_id)) == len(PROMPTS)
     assert json.loads((out / "config.json").read_text()) == json.loads((drafter / "config.json").read_text())
     assert cli(["doctor", "--target", str(target), "--drafter", str(out)]) == 0
 
@@ -503,10 +493,10 @@ def test_a_models_name_is_its_hub_id_in_the_cache(tmp_path):
     assert model_name(tmp_path / "demo-target") == "demo-target"
 
 
-def test_a_step_larger_than_the_training_text_is_refused(qwen3_tied_dirs, corpus_dir, tmp_path):
+def test_a_step_larger_than_the_training_text_is_refused(qwen3_tied_dirs, qwen3_target, corpus_dir, tmp_path):
     """--batch 100000 was killed by the kernel for memory without a word, and --batch 1000 took 6.8 GB
     and 150 s a step for more tokens a step than the whole text (QA pass)."""
-    tokens = len(token_stream(load_pair(qwen3_tied_dirs[0], None).tokenizer, read_texts([str(corpus_dir)]), 0))
+    tokens = len(token_stream(qwen3_target.tokenizer, read_texts([str(corpus_dir)]), 0))
     huge = tokens // SMALL.seq_len + 1
     with pytest.raises(DFlashError, match=f"--batch {huge} x --seq-len {SMALL.seq_len} is .* tokens a step, more than"):
         make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "d", replace(SMALL, batch=huge))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 
 import pytest
 
@@ -13,8 +12,8 @@ from engine.decode.settings import SamplingSettings
 from engine.decode.events import PLAIN
 from engine.decode.verify_length import PROBE_COST, PROBE_FIRST, PROBE_LENGTH, VerifyLengthController
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
+from distribution import check_exactness, exact_outcomes, sampled_unfiltered, verified_unfiltered
+from helpers import PROMPTS, run
 
 ALPHA = 0.001
 
@@ -211,10 +210,8 @@ def cycling_verify_length(monkeypatch):
     monkeypatch.setattr(VerifyLengthController, "choose", lambda self, remaining, depth=0: 1 + next(counter) % remaining)
 
 
-def test_greedy_auto_equals_ar(qwen3_pair, alternating_dirs):
-    from engine.models.pair import load_pair
-
-    for pair in (qwen3_pair, load_pair(*alternating_dirs)):
+def test_greedy_auto_equals_ar(qwen3_pair, alternating_pair):
+    for pair in (qwen3_pair, alternating_pair):
         for prompt in PROMPTS[:2]:
             ar, _ = run(pair, prompt, mode="ar", max_tokens=40)
             df, rounds = run(pair, prompt, max_tokens=40, auto=True)
@@ -222,10 +219,8 @@ def test_greedy_auto_equals_ar(qwen3_pair, alternating_dirs):
             assert all(r.verified == len(r.drafted) + 1 for r in rounds)
 
 
-def test_greedy_every_verify_length_equals_ar(qwen3_pair, alternating_dirs, cycling_verify_length):
-    from engine.models.pair import load_pair
-
-    pair = load_pair(*alternating_dirs)
+def test_greedy_every_verify_length_equals_ar(qwen3_pair, alternating_pair, cycling_verify_length):
+    pair = alternating_pair
     ar, _ = run(pair, PROMPTS[0], mode="ar", max_tokens=60)
     df, rounds = run(pair, PROMPTS[0], max_tokens=60, auto=True)
     assert df.token_ids == ar.token_ids
@@ -234,22 +229,23 @@ def test_greedy_every_verify_length_equals_ar(qwen3_pair, alternating_dirs, cycl
     assert all(len(r.drafted) == r.verified - 1 and not r.unverified for r in rounds)  # drafts only what it verifies
 
 
-def _assert_same_joint_distribution(pair) -> None:
-    """Joint distribution of the first three tokens over many seeds: AR vs DFlash (auto, block 4)."""
+def _assert_exact(pair, monkeypatch, mutation) -> None:
+    """The first three tokens of DFlash (auto, block 4) over many seeds are distributed as AR's."""
     ids = encode_prompt(pair.tokenizer, PROMPTS[2], chat=False)
-    samples = {"ar": Counter(), "dflash": Counter()}
-    for seed in range(300):
-        for mode in samples:
-            summary, _ = run(pair, ids, mode=mode, max_tokens=3, auto=mode == "dflash",
-                             block_size=4 if mode == "dflash" else None,
-                             sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
-            samples[mode][tuple(summary.token_ids)] += 1
-    assert_same_distribution(samples)
+    exact = exact_outcomes(pair, ids, SamplingSettings(temperature=1.0, top_k=2), tokens=3)
+
+    def outcome(seed):
+        summary, _ = run(pair, ids, mode="dflash", max_tokens=3, auto=True, block_size=4,
+                         sampling=SamplingSettings(temperature=1.0, top_k=2, seed=seed))
+        return tuple(summary.token_ids)
+
+    check_exactness(monkeypatch, mutation, exact, outcome)
 
 
-def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_length):
+@pytest.mark.parametrize("mutation", [None, verified_unfiltered], ids=["exact", "mutated"])
+def test_sampling_at_every_verify_length_is_exact(qwen3_pair, cycling_verify_length, monkeypatch, mutation):
     """DFlash verifying 1, 2, 3, 1, ... positions samples as AR does."""
-    _assert_same_joint_distribution(qwen3_pair)
+    _assert_exact(qwen3_pair, monkeypatch, mutation)
 
 
 @pytest.fixture
@@ -282,6 +278,7 @@ def test_plain_stretches_equal_ar_and_keep_the_drafter_fed(qwen3_pair, backed_of
     assert [(r.position, r.drafted) for r in single if r.drafted] == [(r.position, r.drafted) for r in probes]
 
 
-def test_sampling_in_plain_stretches_is_exact(qwen3_pair, backed_off):
+@pytest.mark.parametrize("mutation", [None, sampled_unfiltered], ids=["exact", "mutated"])
+def test_sampling_in_plain_stretches_is_exact(qwen3_pair, backed_off, monkeypatch, mutation):
     """DFlash backed off to pipelined plain stretches samples as AR does."""
-    _assert_same_joint_distribution(qwen3_pair)
+    _assert_exact(qwen3_pair, monkeypatch, mutation)

@@ -27,8 +27,8 @@ def _rounds(pair, prompt: str, **settings) -> list[RoundEvent]:
 
 
 @pytest.mark.parametrize("which", ["random", "alternating"])
-def test_greedy_rounds_say_where_and_why_they_broke(which, qwen3_pair, alternating_dirs):
-    pair = qwen3_pair if which == "random" else load_pair(*alternating_dirs)
+def test_greedy_rounds_say_where_and_why_they_broke(which, qwen3_pair, alternating_pair):
+    pair = qwen3_pair if which == "random" else alternating_pair
     rounds = _rounds(pair, "def add(a, b):")
     assert rounds
     for r in rounds:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.rounds_view import ROUND_ROLE, round_tooltip, why_lines
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def test_advise_fills_the_why_tab_from_the_run(qtbot, make_window, alternating_dirs):

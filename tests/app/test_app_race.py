@@ -13,8 +13,8 @@ from app.race_view import COLUMNS
 from app.rounds_view import round_tooltip
 from app.selector_view import NOT_DFLASH, V1
 
-from conftest import PROMPTS
-from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import RUN_TIMEOUT_MS, choose
 
 
 def race(w, methods, draft_model=None, num_draft=3):

@@ -14,8 +14,8 @@ from engine.decode.settings import GenerationSettings
 from engine.models.pair import load_pair
 from app.errors import OUT_OF_MEMORY, is_out_of_memory
 
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def assert_usable_after(qtbot, w, good_dirs, prompt):

@@ -13,8 +13,8 @@ from app.run_record import RunRecord
 from app.throttle import Throttle
 from app.tokens import SpanAligner, chip_text
 
-from conftest import PROMPTS
-from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import RUN_TIMEOUT_MS, choose
 
 
 @dataclass
@@ -242,7 +242,7 @@ def test_gui_screenshot_never_lands_on_a_model_file(qwen3_tied_dirs, tmp_path, c
 def test_the_verdict_warns_of_a_drafter_trained_for_another_target(qtbot, make_window):
     from pathlib import Path
 
-    models = Path(__file__).resolve().parents[1] / "resources" / "models"
+    models = Path(__file__).resolve().parents[2] / "resources" / "models"
     w = make_window()
     w.models.target.set_value(str(models / "demo-target"))
     w.models.drafter.set_value(str(models / "demo-hybrid-drafter"))

@@ -12,7 +12,7 @@ from engine.models.demo import SAMPLE_PROMPT, SAMPLE_PROMPTS
 from app.catalog import DRAFTER, TARGET
 from app.settings import AppSettings, load_settings, settings_path
 
-from test_app_common import app_env, choose, make_window  # noqa: F401
+from window_helpers import choose
 
 
 def test_settings_saved_and_restored(qtbot, make_window, qwen3_tied_dirs):

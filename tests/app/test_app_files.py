@@ -12,8 +12,8 @@ from app.status_line import DEVICE_WIDTH
 from engine.decode.events import to_dict
 from engine.tools.trace import SCHEMA, read_trace
 
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def finished_run(qtbot, make_window, dirs, **settings):

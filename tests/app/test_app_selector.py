@@ -13,9 +13,9 @@ from engine.decode.selector_stats import positions, selector_stats
 from app.rounds_view import round_tooltip
 from app.selector_view import FIXED, MARKS_ROLE, V1
 from app.tokens import chip_text
-from conftest import PROMPTS
+from helpers import PROMPTS
 from fixtures.tiny_dflash2 import write_dflash2_drafter
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from window_helpers import choose, run_and_wait
 
 
 @pytest.fixture(scope="module")

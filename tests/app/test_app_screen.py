@@ -15,8 +15,6 @@ from app import layout_fit, screen_fit, why_view
 from app.layout_fit import plots_min_width
 from app.screen_fit import clamp_geometry, first_geometry
 
-from test_app_common import app_env, make_window  # noqa: F401
-
 SCREENS = {
     "1280x800": QRect(0, 0, 1280, 800),
     "macbook-13": QRect(0, 25, 1440, 875),  # 1440x900 less the menu bar

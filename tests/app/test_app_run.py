@@ -16,8 +16,8 @@ from engine.decode.prompts import encode_prompt
 from engine.models.pair import load_pair
 from app.run_record import ACCEPTED, AR, PREFILL
 
-from conftest import PROMPTS
-from test_app_common import RUN_TIMEOUT_MS, app_env, choose, make_window, run_and_wait, split_events  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import RUN_TIMEOUT_MS, choose, run_and_wait, split_events
 
 
 def point_of_token(view, token_index):
@@ -436,6 +436,7 @@ def test_a_refused_run_leaves_the_last_results_on_show(qtbot, make_window, qwen3
     assert w.current_run is not last and w.current_run.summary.num_generated == 5
 
 
+@pytest.mark.measures_cost_curve
 def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, make_window, qwen3_tied_dirs,
                                                                       monkeypatch, tmp_path):
     """A first auto run measures the cost curve: a strip above the tabs says what it measures, with a
@@ -460,6 +461,7 @@ def test_the_cost_curves_measurement_shows_its_progress_and_time_left(qtbot, mak
     assert w.current_run.summary.num_generated == 8
 
 
+@pytest.mark.measures_cost_curve
 def test_both_mode_stopped_while_dflash_measures_keeps_ars_figures(qtbot, make_window, qwen3_tied_dirs,
                                                                    monkeypatch, tmp_path):
     """Stop while the DFlash half measures the cost curve: the AR half finished, and the status line's
