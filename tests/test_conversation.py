@@ -4,7 +4,6 @@ messages goes through the chat template whole (one user message otherwise), in g
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -22,22 +21,10 @@ CHAT = [{"role": "system", "content": "You write Python."},
         {"role": "user", "content": "Now subtract."}]
 
 
-def _tokenizer_with(tokenizer_dir, folder, chat_template: str | None):
-    """A copy of the tiny tokenizer with this chat template in its tokenizer_config.json (None: none)."""
-    for name in tm.TOKENIZER_FILES:
-        shutil.copy(tokenizer_dir / name, folder / name)
-    config = {k: v for k, v in json.loads((folder / "tokenizer_config.json").read_text()).items()
-              if k != "chat_template"}
-    if chat_template is not None:
-        config["chat_template"] = chat_template
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def chat_dirs(models_root, tokenizer_dir, tmp_path_factory):
     """The tiny pair with a chat template in its tokenizer_config.json."""
-    tok = _tokenizer_with(tokenizer_dir, tmp_path_factory.mktemp("chat-tokenizer"), TEMPLATE)
+    tok = tm.tokenizer_with(tokenizer_dir, tmp_path_factory.mktemp("chat-tokenizer"), TEMPLATE)
     target, drafter = models_root / "chat-target", models_root / "chat-drafter"
     if not target.exists():
         tm.write_target(target, tok, seed=21)
@@ -107,7 +94,7 @@ def test_a_conversation_is_never_sent_as_its_json_without_being_asked(chat_dirs,
     target = models_root / "no-chat-target"
     if not target.exists():
         (tmp_path / "no-chat-tokenizer").mkdir()
-        tm.write_target(target, _tokenizer_with(tokenizer_dir, tmp_path / "no-chat-tokenizer", None), seed=23)
+        tm.write_target(target, tm.tokenizer_with(tokenizer_dir, tmp_path / "no-chat-tokenizer", None), seed=23)
     plain = load_pair(target, None).tokenizer
     assert not plain.has_chat_template
     text = json.dumps(CHAT)

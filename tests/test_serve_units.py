@@ -26,8 +26,7 @@ from engine.decode.events import SummaryEvent  # noqa: E402
 from engine.serve.engine_queue import END, EngineQueue, Job, QueueFull  # noqa: E402
 from engine.serve.prompting import ServeConfig  # noqa: E402
 
-from conftest import PROMPTS  # noqa: E402
-from test_conversation import _tokenizer_with  # noqa: E402
+from helpers import PROMPTS  # noqa: E402
 
 from fixtures import tiny_models as tm  # noqa: E402
 
@@ -100,7 +99,7 @@ def plain_dirs(models_root, tokenizer_dir, tmp_path_factory):
     """A tiny pair whose tokenizer has no chat template (and no conversation template)."""
     target, drafter = models_root / "serve-plain-target", models_root / "serve-plain-drafter"
     if not target.exists():
-        tok = _tokenizer_with(tokenizer_dir, tmp_path_factory.mktemp("plain-tokenizer"), None)
+        tok = tm.tokenizer_with(tokenizer_dir, tmp_path_factory.mktemp("plain-tokenizer"), None)
         tm.write_target(target, tok, seed=31)
         tm.write_drafter(drafter, target, seed=32)
     return target, drafter

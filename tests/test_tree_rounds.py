@@ -17,9 +17,8 @@ from engine.models.demo import demo_pairs, sample_prompt
 from engine.models.pair import load_pair
 from engine.tools.parity import run_parity
 
-from conftest import PROMPTS
-from helpers import assert_same_distribution, run
-from test_parity import assert_lossless
+from distribution import RUNS, assert_draws_from, assert_rejected, exact_outcomes
+from helpers import PROMPTS, assert_lossless, run
 
 TREES = [dict(tree=3), dict(tree=12, lookup=True), dict(tree=8, auto=True, lookup=True),
          dict(tree_auto=True, auto=True, lookup=True), dict(tree_auto=True, block_size=4)]
@@ -224,24 +223,30 @@ def _first_two(pair, ids, seeds, **settings):
 
 
 @pytest.fixture(scope="module")
-def ar_samples(soft_oracle, oracle_ids):
+def exact_first_two(soft_oracle, oracle_ids):
+    """AR's exact distribution of the first two tokens (tests/distribution.py)."""
     ids = [7, 8, oracle_ids[0]]
-    return ids, _first_two(soft_oracle, ids, range(1200), mode="ar")
+    return ids, exact_outcomes(soft_oracle, ids, SamplingSettings(**SAMPLED), tokens=2)
 
 
 @pytest.mark.parametrize("settings", [dict(tree=2, block_size=4), dict(tree=7, block_size=8, lookup=True)],
                          ids=["tree2", "tree7"])
-def test_sampled_tree_rounds_give_the_target_distribution(soft_oracle, ar_samples, settings):
+def test_sampled_tree_rounds_give_the_target_distribution(soft_oracle, exact_first_two, settings):
     """At T > 0 the tree's tokens are drawn without replacement from the drafter's q and verified by
-    rejection sampling over siblings: the output is distributed as AR's (chi-square, seeds apart)."""
-    ids, ar = ar_samples
+    rejection sampling over siblings: the output is distributed as AR's exact distribution (chi-square)."""
+    ids, exact = exact_first_two
     _, rounds = run(soft_oracle, ids, sampling=SamplingSettings(seed=0, **SAMPLED), max_tokens=12, **settings)
     assert _check_tree_rounds(rounds) and all(r.tree_parents for r in rounds if r.source == "drafter")
-    assert_same_distribution({"ar": ar, "tree": _first_two(soft_oracle, ids, range(2000, 3200), **settings)})
+    assert_draws_from(_first_two(soft_oracle, ids, range(2000, 2000 + RUNS), **settings), exact)
 
 
-@pytest.mark.parametrize("mutation", ["no residual", "top-k tested as sampled"])
-def test_sampled_tree_mutations_are_caught(soft_oracle, ar_samples, monkeypatch, mutation):
+# Runs each mutation needs: runs_for_power (tests/distribution.py) on its effect measured over 300
+# runs gave about 960 for the residual's (a small shift), and under 300 for the top-k one.
+MUTATION_RUNS = {"no residual": 1200, "top-k tested as sampled": RUNS}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATION_RUNS))
+def test_sampled_tree_mutations_are_caught(soft_oracle, exact_first_two, monkeypatch, mutation):
     """A rejected child's mass left in p, or the drafter's top-k placed as children and tested against
     q as if drawn from it: not AR's distribution."""
     from engine.decode.tree import plan, walk
@@ -251,10 +256,9 @@ def test_sampled_tree_mutations_are_caught(soft_oracle, ar_samples, monkeypatch,
         monkeypatch.setattr(walk, "_residual", lambda p, proposal: p)
     else:
         monkeypatch.setattr(plan, "sampled_candidates", lambda logq, width, key: ranked_candidates(logq, width)[0])
-    ids, ar = ar_samples
-    with pytest.raises(AssertionError):
-        assert_same_distribution({"ar": ar, "tree": _first_two(soft_oracle, ids, range(2000, 3200), tree=2,
-                                                                block_size=4)})
+    ids, exact = exact_first_two
+    runs = range(2000, 2000 + MUTATION_RUNS[mutation])
+    assert_rejected(_first_two(soft_oracle, ids, runs, tree=2, block_size=4), exact)
 
 
 def test_auto_on_a_target_without_trees_says_so_and_verifies_the_chain(models_root, tokenizer_dir, capsys):

@@ -8,30 +8,18 @@ import subprocess
 import sys
 
 import pytest
-from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtCore import QRect, QSize
 from PySide6.QtGui import QImage
 
 from app import layout_fit, screen_fit, why_view
 from app.layout_fit import plots_min_width
 from app.screen_fit import clamp_geometry, first_geometry
+from window_helpers import fake_screen, run_button_on_screen
 
 SCREENS = {
     "1280x800": QRect(0, 0, 1280, 800),
     "macbook-13": QRect(0, 25, 1440, 875),  # 1440x900 less the menu bar
 }
-
-
-def fake_screen(monkeypatch, available: QRect) -> None:
-    monkeypatch.setattr(screen_fit, "available_geometry", lambda _window: QRect(available))
-
-
-def run_button_on_screen(w, available: QRect) -> None:
-    """Run lies inside the window's visible area, and the window inside the available area."""
-    button = w.prompt.run_button
-    assert button.isVisible() and not button.visibleRegion().isEmpty()
-    where = QRect(button.mapTo(w, QPoint(0, 0)), button.size())
-    assert w.rect().contains(where), (where, w.rect())
-    assert available.contains(w.geometry()), (w.geometry(), available)
 
 
 def test_first_geometry_keeps_the_preferred_size_on_a_large_screen():

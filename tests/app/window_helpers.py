@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QPoint, QRect
+
+from app import screen_fit
 from engine.decode.events import RoundEvent, SummaryEvent, TextEvent
 
 RUN_TIMEOUT_MS = 60_000
@@ -35,3 +38,16 @@ def split_events(run):
     texts = [e for e in run.events if isinstance(e, TextEvent)]
     summary = next(e for e in run.events if isinstance(e, SummaryEvent))
     return rounds, texts, summary
+
+
+def fake_screen(monkeypatch, available: QRect) -> None:
+    monkeypatch.setattr(screen_fit, "available_geometry", lambda _window: QRect(available))
+
+
+def run_button_on_screen(w, available: QRect) -> None:
+    """Run lies inside the window's visible area, and the window inside the available area."""
+    button = w.prompt.run_button
+    assert button.isVisible() and not button.visibleRegion().isEmpty()
+    where = QRect(button.mapTo(w, QPoint(0, 0)), button.size())
+    assert w.rect().contains(where), (where, w.rect())
+    assert available.contains(w.geometry()), (w.geometry(), available)

@@ -4,8 +4,8 @@ a monospace font, and the Target "…" browser opens beside the current model's 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontInfo
 
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def test_after_a_run_the_rounds_table_shows_round_0(qtbot, make_window, qwen3_tied_dirs):

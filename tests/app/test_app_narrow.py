@@ -5,9 +5,7 @@ from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QScrollArea
 
 from app.rounds_view import BLOCK_COLUMN, COLUMNS
-
-from test_app_common import app_env, make_window  # noqa: F401
-from test_app_screen import fake_screen, run_button_on_screen
+from window_helpers import fake_screen, run_button_on_screen
 
 
 def test_at_1024x700_the_centre_gets_the_room(qtbot, make_window, monkeypatch):
@@ -54,8 +52,8 @@ def test_a_finished_runs_message_fits_beside_its_figures(qtbot, make_window, mon
     from PySide6.QtCore import QCoreApplication, QEvent
     from PySide6.QtWidgets import QStatusBar
 
-    from conftest import PROMPTS
-    from test_app_common import choose, run_and_wait
+    from helpers import PROMPTS
+    from window_helpers import choose, run_and_wait
 
     fake_screen(monkeypatch, QRect(0, 0, 1024, 700))
     w = make_window()

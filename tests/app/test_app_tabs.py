@@ -4,8 +4,7 @@ while the user switches tabs."""
 import pytest
 from PySide6.QtCore import Qt
 
-from conftest import PROMPTS
-from test_app_common import app_env, make_window  # noqa: F401
+from helpers import PROMPTS
 
 
 @pytest.fixture(scope="module")

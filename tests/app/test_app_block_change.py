@@ -1,8 +1,8 @@
 """Turning the block size down after an auto run measures nothing: the curve measured up to the longer
 block holds every shorter verify (block 9 after 16 measured for ~20 s, the Output pane cleared)."""
 
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def test_a_shorter_block_runs_on_the_measured_curve(qtbot, make_window, qwen3_tied_dirs, monkeypatch, tmp_path):

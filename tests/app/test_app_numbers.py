@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 
 from engine.decode.settings import MAX_BLOCK
 
-from test_app_common import app_env, choose, make_window  # noqa: F401
+from window_helpers import choose
 
 
 def type_into(qtbot, box, text):

@@ -6,8 +6,8 @@ from PySide6.QtCore import QCoreApplication, QEvent
 
 from app.plot_axes import GAP_PX, labelled_ticks
 
-from conftest import PROMPTS
-from test_app_common import app_env, choose, make_window, run_and_wait  # noqa: F401
+from helpers import PROMPTS
+from window_helpers import choose, run_and_wait
 
 
 def lay_out(plots, width, height):
