@@ -103,3 +103,18 @@ def test_the_round_loop_probes_no_capability():
     probes = [f"{name}:{i}" for name, path in _modules().items() if name.startswith("engine.decode")
               for i, line in enumerate(path.read_text().splitlines(), 1) if "hasattr(" in line]
     assert not probes, probes
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures live in conftest.py (pytest finds them unasked), shared helpers in helper modules
+    (tests/helpers.py, tests/distribution.py, tests/app/window_helpers.py, tests/fixtures/): a test
+    module imported by another runs its module-level code twice and ties the two together."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")} | {"conftest"}
+    offenders = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            offenders += [f"{path.relative_to(ROOT)} imports {n}" for n in names if n.split(".")[0] in test_modules]
+    assert not offenders, offenders
