@@ -1,7 +1,7 @@
 """The figures in docs/serve.md: served speed against generate()'s, the HTTP layer's share of a request,
 and a conversation's second turn against the same prompt cold. Run from the repository root:
 
-    python docs/serve_measure.py [--port 8765] [--repeats 3] [--max-tokens 256]
+    python -m engine.tools.serve_measure [--port 8765] [--repeats 3] [--max-tokens 256]
 
 It starts `dflash-playground serve` (the demo pair, its defaults: auto verify length and lookup) as a
 subprocess, and runs generate() in this process on the same prompt ids with the same settings,
@@ -18,17 +18,17 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import httpx  # the openai client's HTTP library (the test extra)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import engine  # noqa: F401  (loads the optimised BLAS before MLX)
+from engine.decode.generate import generate
+from engine.decode.prompts import encode_messages, encode_prompt
+from engine.decode.settings import GenerationSettings
+from engine.models.demo import demo_pair
+from engine.models.pair import load_pair
+from engine.tools.run_flags import tree_settings
 
-import engine  # noqa: E402,F401
-from engine.decode.generate import generate  # noqa: E402
-from engine.decode.prompts import encode_messages, encode_prompt  # noqa: E402
-from engine.decode.settings import GenerationSettings  # noqa: E402
-from engine.models.demo import demo_pair  # noqa: E402
-from engine.models.pair import load_pair  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_server(port: int) -> subprocess.Popen:
@@ -72,7 +72,8 @@ def main() -> None:
     prompts = [json.loads(line)["prompt"] for line in
                (ROOT / "resources/models/recipe/bench_prompts.jsonl").read_text().splitlines()[:6]]
     pair = load_pair(*demo_pair())
-    settings = GenerationSettings(auto=True, lookup=True, max_tokens=args.max_tokens, diagnostics=False)
+    settings = GenerationSettings(auto=True, lookup=True, max_tokens=args.max_tokens, diagnostics=False,
+                                  **tree_settings(None, "dflash"))  # the server's defaults
     server = start_server(args.port)
     base = f"http://127.0.0.1:{args.port}"
     rows = []
