@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from app.cli import main as cli
-from engine.decode.decoder import generate
+from engine.decode.generate import generate
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import LOOKUP_BY_DEFAULT, GenerationSettings
 from engine.errors import DFlashError
