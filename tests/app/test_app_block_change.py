@@ -1,10 +1,13 @@
 """Turning the block size down after an auto run measures nothing: the curve measured up to the longer
 block holds every shorter verify (block 9 after 16 measured for ~20 s, the Output pane cleared)."""
 
+import pytest
+
 from helpers import PROMPTS
 from window_helpers import choose, run_and_wait
 
 
+@pytest.mark.measures_cost_curve
 def test_a_shorter_block_runs_on_the_measured_curve(qtbot, make_window, qwen3_tied_dirs, monkeypatch, tmp_path):
     from engine.decode import cost_curve as cc
 
