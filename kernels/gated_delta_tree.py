@@ -1,0 +1,61 @@
+"""The gated delta rule over a draft tree: each node steps from its parent's state.
+
+For node i with parent p(i) (the root's parent is the state before the tree):
+
+    S_i = g_i * S_p(i) + k_i (x) delta_i,   delta_i = (v_i - (g_i * S_p(i)) k_i) * beta_i,   y_i = S_i q_i
+
+The reference's own compiled step (gated_delta_ref.py) runs once per depth, over all nodes at that
+depth as a batch, so a node's output and innovation are those of a stepwise pass over its
+root-to-node path. The innovations form the tape: replaying the accepted path's (k, g, delta) with
+`tape_replay` gives the state after that path, as the chain's rollback does.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _readout, _update
+
+
+def tree_levels(parents: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per depth: (the nodes at that depth, each one's parent as an index into the previous depth's
+    nodes; -1 at depth 0). Parents come before their children."""
+    parents = np.asarray(parents, dtype=np.int64)
+    depth = np.zeros(len(parents), dtype=np.int64)
+    for node, parent in enumerate(parents):
+        if parent >= node:
+            raise ValueError(f"tree: node {node}'s parent {parent} does not come before it.")
+        depth[node] = depth[parent] + 1 if parent >= 0 else 0
+    levels, where = [], np.full(len(parents), -1, dtype=np.int64)
+    for d in range(int(depth.max()) + 1 if len(parents) else 0):
+        nodes = np.flatnonzero(depth == d)
+        where[nodes] = np.arange(len(nodes))
+        levels.append((nodes, where[parents[nodes]] if d else np.full(len(nodes), -1, dtype=np.int64)))
+    return levels
+
+
+def gated_delta_tree_ref(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
+                         parents: np.ndarray) -> tuple[mx.array, mx.array]:
+    """(y [1, N, Hv, Dv] in q's dtype, delta [1, N, Hv, Dv] fp32) for the N nodes of a tree (batch of one).
+
+    q, k: [1, N, Hk, Dk]; v: [1, N, Hv, Dv]; g: [1, N, Hv] or [1, N, Hv, Dk]; beta: [1, N, Hv];
+    state: [1, Hv, Dv, Dk], the state before the tree; parents[i] < i, -1 for the root(s).
+    """
+    if q.shape[0] != 1:
+        raise ValueError(f"tree gated delta: a batch of one was expected, got {q.shape[0]}.")
+    Hv = v.shape[-2]
+    q, k = _per_value_head(q, Hv)[0], _per_value_head(k, Hv)[0]
+    v, g, beta = v[0], g[0], beta[0]
+    ys, deltas, order = [], [], []
+    previous = state
+    for nodes, up in tree_levels(parents):
+        idx = mx.array(nodes, dtype=mx.int32)
+        before = mx.take(previous, mx.array(np.maximum(up, 0), dtype=mx.int32), axis=0)
+        decayed, delta = _decay_innovation(before, g[idx], k[idx], v[idx], beta[idx])
+        previous = _update(decayed, k[idx], delta)
+        ys.append(_readout(previous, q[idx]).astype(q.dtype))
+        deltas.append(delta)
+        order.append(nodes)
+    back = mx.array(np.argsort(np.concatenate(order)), dtype=mx.int32)  # depth order -> node order
+    return mx.concatenate(ys)[back][None], mx.concatenate(deltas)[back][None]
