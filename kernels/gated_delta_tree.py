@@ -15,7 +15,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _readout, _update
+from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _update_ops
 
 
 def tree_levels(parents: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -35,6 +35,16 @@ def tree_levels(parents: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     return levels
 
 
+@mx.compile
+def _level_step(previous: mx.array, up: mx.array, q: mx.array, k: mx.array, v: mx.array, g: mx.array,
+                beta: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """One depth's nodes stepped from their parents' states (rows `up` of `previous`): the reference's
+    decay, innovation, update and readout, as one compiled call."""
+    decayed, delta = _decay_innovation(mx.take(previous, up, axis=0), g, k, v, beta)
+    state = _update_ops(decayed, k, delta)
+    return state, (state * q[..., None, :]).sum(axis=-1), delta
+
+
 def gated_delta_tree_ref(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
                          parents: np.ndarray) -> tuple[mx.array, mx.array]:
     """(y [1, N, Hv, Dv] in q's dtype, delta [1, N, Hv, Dv] fp32) for the N nodes of a tree (batch of one).
@@ -45,17 +55,17 @@ def gated_delta_tree_ref(q: mx.array, k: mx.array, v: mx.array, g: mx.array, bet
     if q.shape[0] != 1:
         raise ValueError(f"tree gated delta: a batch of one was expected, got {q.shape[0]}.")
     Hv = v.shape[-2]
-    q, k = _per_value_head(q, Hv)[0], _per_value_head(k, Hv)[0]
-    v, g, beta = v[0], g[0], beta[0]
-    ys, deltas, order = [], [], []
-    previous = state
-    for nodes, up in tree_levels(parents):
-        idx = mx.array(nodes, dtype=mx.int32)
-        before = mx.take(previous, mx.array(np.maximum(up, 0), dtype=mx.int32), axis=0)
-        decayed, delta = _decay_innovation(before, g[idx], k[idx], v[idx], beta[idx])
-        previous = _update(decayed, k[idx], delta)
-        ys.append(_readout(previous, q[idx]).astype(q.dtype))
+    levels = tree_levels(parents)
+    order = np.concatenate([nodes for nodes, _ in levels])  # nodes by depth: each depth a contiguous run
+    by_depth = mx.array(order, dtype=mx.int32)
+    q, k, v, g, beta = (x[0][by_depth] for x in (_per_value_head(q, Hv), _per_value_head(k, Hv), v, g, beta))
+    ys, deltas, previous, start = [], [], state, 0
+    for nodes, up in levels:
+        end = start + len(nodes)
+        previous, y, delta = _level_step(previous, mx.array(np.maximum(up, 0), dtype=mx.int32), q[start:end],
+                                         k[start:end], v[start:end], g[start:end], beta[start:end])
+        ys.append(y)
         deltas.append(delta)
-        order.append(nodes)
-    back = mx.array(np.argsort(np.concatenate(order)), dtype=mx.int32)  # depth order -> node order
-    return mx.concatenate(ys)[back][None], mx.concatenate(deltas)[back][None]
+        start = end
+    back = mx.array(np.argsort(order), dtype=mx.int32)  # depth order -> node order
+    return mx.concatenate(ys)[back][None].astype(q.dtype), mx.concatenate(deltas)[back][None]
