@@ -6,8 +6,11 @@ For node i with parent p(i) (the root's parent is the state before the tree):
 
 The reference's own compiled step (gated_delta_ref.py) runs once per depth, over all nodes at that
 depth as a batch, so a node's output and innovation are those of a stepwise pass over its
-root-to-node path. The innovations form the tape: replaying the accepted path's (k, g, delta) with
-`tape_replay` gives the state after that path, as the chain's rollback does.
+root-to-node path, bit for bit. On the CPU, with one gate per head, `gated_delta_tree` takes the
+closed-form chunked pass instead (gated_delta_chunked.py) with the tree's ancestor mask in place of
+the causal one: one triangular solve for the whole tree, rounding as the chain's chunked verify does.
+The innovations form the tape: replaying the accepted path's (k, g, delta) with `tape_replay` gives
+the state after that path, as the chain's rollback does.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from kernels.gated_delta_chunked import token_major
 from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _update_ops
 
 
@@ -69,3 +73,20 @@ def gated_delta_tree_ref(q: mx.array, k: mx.array, v: mx.array, g: mx.array, bet
         start = end
     back = mx.array(np.argsort(order), dtype=mx.int32)  # depth order -> node order
     return mx.concatenate(ys)[back][None].astype(q.dtype), mx.concatenate(deltas)[back][None]
+
+
+# One compiled closed-form pass per tree size: the chain's chunk with the ancestor mask (no final state).
+_tree_chunk = mx.compile(lambda q, k, v, g, beta, state, seen: token_major(q, k, v, g, beta, state, seen)[::2])
+
+
+def gated_delta_tree(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
+                     parents: np.ndarray) -> tuple[mx.array, mx.array]:
+    """As gated_delta_tree_ref; on the CPU with one gate per head, the closed-form pass over the tree."""
+    if g.ndim == 3 and mx.default_device() == mx.cpu and len(parents) > 1:
+        tree_levels(parents)  # parents before children: the system is lower triangular
+        seen = np.eye(len(parents), dtype=bool)
+        for node, parent in enumerate(parents.tolist()):
+            if parent >= 0:
+                seen[node] |= seen[parent]
+        return _tree_chunk(q, k, v, g, beta, state, mx.array(seen))
+    return gated_delta_tree_ref(q, k, v, g, beta, state, parents)

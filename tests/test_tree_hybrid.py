@@ -23,7 +23,7 @@ from engine.tools.parity import run_parity
 from fixtures.tiny_hybrid import HYBRID_KINDS, hybrid_config, sharpen, write_hybrid_drafter, write_hybrid_target
 from fixtures.tiny_models import build_target_model
 from kernels.gated_delta_ref import gated_delta_tape_ref, tape_replay_ref
-from kernels.gated_delta_tree import gated_delta_tree_ref
+from kernels.gated_delta_tree import gated_delta_tree, gated_delta_tree_ref
 
 from conftest import PROMPTS
 from helpers import run
@@ -69,6 +69,26 @@ def test_each_node_is_the_stepwise_pass_over_its_path(per_key_gate):
         if branched:
             flat, _ = gated_delta_tree_ref(q, k, v, g, beta, state, np.arange(-1, n - 1))
             assert not mx.allclose(flat[:, branched], y[:, branched], atol=1e-3).item()
+
+
+def test_the_closed_form_tree_pass_matches_the_paths_to_rounding():
+    """On the CPU with one gate per head, gated_delta_tree solves the whole tree at once: each node's
+    output and innovation are the stepwise pass's over its path to rounding; flat parents are not."""
+    rng = np.random.default_rng(9)
+    mx.random.seed(9)
+    n, hk, hv, dk, dv = 29, 2, 4, 16, 8
+    q, k = mx.random.normal((1, n, hk, dk)), mx.random.normal((1, n, hk, dk))
+    q, k = q / mx.linalg.norm(q, axis=-1, keepdims=True), k / mx.linalg.norm(k, axis=-1, keepdims=True)
+    v, beta = mx.random.normal((1, n, hv, dv)), mx.sigmoid(mx.random.normal((1, n, hv)))
+    g = mx.exp(-mx.abs(mx.random.normal((1, n, hv))))
+    state = mx.random.normal((1, hv, dv, dk))
+    parents = _random_parents(rng, n)
+    y, delta = gated_delta_tree(q, k, v, g, beta, state, parents)
+    want_y, want_delta = gated_delta_tree_ref(q, k, v, g, beta, state, parents)
+    assert not mx.array_equal(y, want_y).item()  # the closed form ran, not the reference
+    assert mx.allclose(y, want_y, atol=1e-4).item() and mx.allclose(delta, want_delta, atol=1e-4).item()
+    flat, _ = gated_delta_tree(q, k, v, g, beta, state, np.arange(-1, n - 1))
+    assert not mx.allclose(flat, want_y, atol=1e-3).item()
 
 
 def _model(kind: str):
@@ -121,8 +141,11 @@ def _check_tree_verify(model, rng):
                                atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("impl", ["closed-form", "reference"])
 @pytest.mark.parametrize("kind", HYBRID_KINDS)
-def test_tree_verify_is_a_causal_pass_per_path_and_commits_the_accepted_one(kind):
+def test_tree_verify_is_a_causal_pass_per_path_and_commits_the_accepted_one(kind, impl, monkeypatch):
+    if impl == "reference":
+        monkeypatch.setattr(gdn_tape, "gated_delta_tree", gated_delta_tree_ref)
     model, rng = _model(kind), np.random.default_rng(HYBRID_KINDS.index(kind))
     for _ in range(4):
         _check_tree_verify(model, rng)
@@ -138,8 +161,8 @@ def test_flat_rows_instead_of_ancestors_fail(broken, monkeypatch):
         real = tree_verify.commit_path
         monkeypatch.setattr(tree_verify, "commit_path", lambda cache, path: real(cache, list(range(len(path)))))
     elif broken == "recurrence":
-        real = gdn_tape.gated_delta_tree_ref
-        monkeypatch.setattr(gdn_tape, "gated_delta_tree_ref", lambda *a: real(*a[:-1], chain(a[-1])))
+        real = gdn_tape.gated_delta_tree
+        monkeypatch.setattr(gdn_tape, "gated_delta_tree", lambda *a: real(*a[:-1], chain(a[-1])))
     else:
         real = gdn_tape.conv_windows
         monkeypatch.setattr(gdn_tape, "conv_windows", lambda conv, x, parents, keep: real(conv, x, chain(parents), keep))

@@ -35,7 +35,7 @@ from engine.errors import DFlashError
 from engine.models.gdn_tree import PENDING, active_tree, conv_windows
 from engine.models.layer_swap import is_swapped, swap, unswap
 from kernels import gated_delta_tape
-from kernels.gated_delta_tree import gated_delta_tree_ref
+from kernels.gated_delta_tree import gated_delta_tree
 
 # mlx-lm's GatedDeltaNet mixers, by the private module that defines each. They are looked up among
 # the modules already imported, never imported here: loading a hybrid target imports its family's
@@ -141,7 +141,7 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
         state = mx.zeros((B, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim), dtype=mx.float32)
 
     if tree is not None:  # the cache keeps the state before the tree until commit_path
-        out, delta = gated_delta_tree_ref(q, k, v, g, beta, state, tree)
+        out, delta = gated_delta_tree(q, k, v, g, beta, state, tree)
         setattr(cache, PENDING, GDNTape(state=state, conv_input=conv_input, k=k, g=g, delta=delta))
     else:
         out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)
