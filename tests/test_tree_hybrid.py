@@ -28,6 +28,7 @@ from kernels.gated_delta_tree import gated_delta_tree, gated_delta_tree_ref
 from conftest import PROMPTS
 from helpers import run
 from test_parity import assert_lossless
+from test_tree_verify import _prefilled
 
 VOCAB = 96
 
@@ -101,12 +102,6 @@ def _model(kind: str):
     return model
 
 
-def _prefilled(model, prompt):
-    cache = make_target_cache(model)
-    mx.eval(model(mx.array(prompt)[None], cache=cache))
-    return cache
-
-
 def _causal(model, tokens):
     cache = make_target_cache(model)
     return np.array(model(mx.array(tokens)[None], cache=cache)[0]), cache
@@ -159,7 +154,7 @@ def test_flat_rows_instead_of_ancestors_fail(broken, monkeypatch):
     chain = lambda parents: np.arange(-1, len(parents) - 1)  # noqa: E731
     if broken == "commit":
         real = tree_verify.commit_path
-        monkeypatch.setattr(tree_verify, "commit_path", lambda cache, path: real(cache, list(range(len(path)))))
+        monkeypatch.setattr(tree_verify, "commit_path", lambda caches, path: real(caches, list(range(len(path)))))
     elif broken == "recurrence":
         real = gdn_tape.gated_delta_tree
         monkeypatch.setattr(gdn_tape, "gated_delta_tree", lambda *a: real(*a[:-1], chain(a[-1])))

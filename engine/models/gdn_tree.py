@@ -61,15 +61,26 @@ def conv_windows(conv: nn.Module, conv_input: mx.array, parents: np.ndarray, kee
     return conv(windows).reshape(1, len(rows), -1)
 
 
-def commit_path(cache, path: list[int]) -> list[mx.array]:
-    """Give a GatedDeltaNet layer's cache the conv rows and the state after `path` (root first) of the
-    tree it verified; the arrays set (to evaluate)."""
-    tape = cache.__dict__.pop(PENDING, None)
-    if tape is None:
+def commit_path(caches: list, path: list[int]) -> list[mx.array]:
+    """Give GatedDeltaNet layers' caches the conv rows and the state after `path` (root first) of the
+    tree they verified; the arrays set (to evaluate). Layers of one shape replay as one batch."""
+    tapes = [cache.__dict__.pop(PENDING, None) for cache in caches]
+    if any(tape is None for tape in tapes):
         raise DFlashError("tree verify: a GatedDeltaNet layer ran without recording its tree tape; "
                           "cannot commit its state.")
-    keep = tape.conv_input.shape[1] - tape.k.shape[1]
-    cache[0] = mx.contiguous(tape.conv_input[:, mx.array(path_rows(path, keep, keep), dtype=mx.int32)])
-    idx = mx.array(path, dtype=mx.int32)
-    cache[1] = tape_replay_ref(tape.state, tape.k[:, idx], tape.g[:, idx], tape.delta[:, idx])
-    return [cache[0], cache[1]]
+    groups: dict[tuple, list[int]] = {}
+    for i, tape in enumerate(tapes):
+        groups.setdefault((tape.state.shape, tape.k.shape, tape.g.shape, tape.conv_input.shape), []).append(i)
+    idx, out = mx.array(path, dtype=mx.int32), []
+    for members in groups.values():
+        tape = tapes[members[0]]
+        keep = tape.conv_input.shape[1] - tape.k.shape[1]
+        rows = mx.array(path_rows(path, keep, keep), dtype=mx.int32)
+        joined = {name: mx.concatenate([getattr(tapes[i], name) for i in members]) if len(members) > 1
+                  else getattr(tape, name) for name in ("state", "conv_input", "k", "g", "delta")}
+        conv = mx.contiguous(joined["conv_input"][:, rows])
+        state = tape_replay_ref(joined["state"], joined["k"][:, idx], joined["g"][:, idx], joined["delta"][:, idx])
+        for j, i in enumerate(members):
+            caches[i][0], caches[i][1] = conv[j : j + 1], state[j : j + 1]
+            out += [caches[i][0], caches[i][1]]
+    return out

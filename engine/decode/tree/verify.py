@@ -126,4 +126,4 @@ def compact(model: nn.Module, cache: list, prefix: int, path: list[int]) -> None
             c.values[..., prefix:end, :] = mx.take(c.values, keep, axis=2)
         c.offset = end
     if states:
-        mx.eval([a for c in states for a in commit_path(c, path)])
+        mx.eval(commit_path(states, path))
