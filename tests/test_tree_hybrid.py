@@ -187,8 +187,8 @@ def hybrid_pair(models_root, tokenizer_dir):
 
 
 @pytest.mark.parametrize("settings", [dict(tree=6), dict(tree=10, lookup=True), dict(tree_auto=True),
-                                      dict(tree_auto=True, auto=True, lookup=True)],
-                         ids=["tree6", "tree10-lookup", "auto", "auto-lookup"])
+                                      dict(tree_auto=True, auto=True, lookup=True), dict(tree=6, rollback="rerun")],
+                         ids=["tree6", "tree10-lookup", "auto", "auto-lookup", "tree6-rerun"])
 def test_tiny_hybrid_tree_rounds_give_ar_output(hybrid_pair, settings):
     assert GenerationSettings(**settings).resolved(hybrid_pair).uses_tree
     assert_lossless(hybrid_pair, PROMPTS[:2], **settings)
