@@ -29,7 +29,8 @@ HEADER_TIPS = ("round index", "absolute position of the anchor token",
                "(blue) or correction (orange) token; each draft's left edge says where it came from (the "
                "legend below); when a block is wider than the column, …k stands "
                "for k drafts in the middle (the row's tooltip lists them all)", "accepted drafts / drafted", "drafting time, ms",
-               "target verification time, ms", "rollback (cache trim / tape replay) time, ms",
+               "target verification time, ms", "rollback (cache trim / tape replay; a tree round: the accepted path "
+               "kept, its GatedDeltaNet steps replayed) time, ms",
                "seconds since the first token, at the end of the round")
 BLOCK_COLUMN = 2
 _SELECTED = QStyle.StateFlag.State_Selected.value

@@ -20,6 +20,7 @@ verify's matmuls round differently from AR's too). One gate per head only (g: [B
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import mlx.core as mx
 
@@ -44,19 +45,25 @@ def _unit_lower_solve_vjp(primals, cotangent, output):
 
 
 def _chunk(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
+    seen: Optional[mx.array] = None,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """(y [B, Hv, T, Dv], delta [B, Hv, T, Dv], final state [B, Hv, Dv, Dk]), all fp32, for one
-    chunk; inputs head-major fp32."""
+    chunk; inputs head-major fp32. With `seen` ([T, T] booleans, [t, i]: i is t or an ancestor of t
+    in a draft tree) each row's sums run over its root-to-node path instead of the rows before it
+    (the final state is then meaningless)."""
     T = k.shape[2]
-    log_decay = mx.cumsum(mx.log(mx.maximum(g, GATE_FLOOR)), axis=-1)  # [B, H, T]; floor before log: finite gradients at g = 0
-    lower = mx.tril(mx.ones((T, T), dtype=mx.bool_))
+    log_g = mx.log(mx.maximum(g, GATE_FLOOR))  # floor before log: finite gradients at g = 0
+    if seen is None:
+        log_decay, lower = mx.cumsum(log_g, axis=-1), mx.tril(mx.ones((T, T), dtype=mx.bool_))  # [B, H, T]
+    else:
+        log_decay, lower = log_g @ mx.swapaxes(seen, 0, 1).astype(mx.float32), seen
     diff = log_decay[..., :, None] - log_decay[..., None, :]
     ratio = mx.exp(mx.where(lower, diff, -mx.inf))  # G_t / G_i for i <= t, else 0
     decay = mx.exp(log_decay)[..., None]
     kt = mx.swapaxes(k, -1, -2)
     s_t = mx.swapaxes(state, -1, -2)  # [B, H, Dk, Dv]
-    strict = ratio * mx.tril(mx.ones((T, T)), -1)
+    strict = ratio * (lower & ~mx.eye(T, dtype=mx.bool_))
     system = mx.eye(T) + beta[..., None] * strict * (k @ kt)
     rhs = beta[..., None] * (v - decay * (k @ s_t))
     delta = unit_lower_solve(system, rhs)
@@ -86,19 +93,22 @@ def gated_delta_tape_chunked(
     return join(ys), state, join(deltas)
 
 
-@mx.compile
-def _token_major_chunk(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+def token_major(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
+    seen: Optional[mx.array] = None,
 ) -> tuple[mx.array, mx.array, mx.array]:
-    """One chunk from and to the token-major layout ([B, T, H, ...]). Compiled (once per chunk
-    length): a verify's few tokens cost mostly per-op overhead on the CPU, which fusing the
-    elementwise ops cuts, with the same bits (tests/test_kernels_gated_delta.py compares it with
-    compile disabled; the saving: docs/performance.md)."""
+    """One chunk from and to the token-major layout ([B, T, H, ...]): (y, final state, delta)."""
     Hv = v.shape[-2]
     q, k = _per_value_head(q, Hv), _per_value_head(k, Hv)
 
     def heads(x: mx.array) -> mx.array:  # [B, T, H, ...] -> [B, H, T, ...] fp32
         return mx.moveaxis(x.astype(mx.float32), 1, 2)
 
-    y, delta, state = _chunk(heads(q), heads(k), heads(v), heads(g), heads(beta), state)
+    y, delta, state = _chunk(heads(q), heads(k), heads(v), heads(g), heads(beta), state, seen)
     return mx.moveaxis(y, 2, 1).astype(q.dtype), state, mx.moveaxis(delta, 2, 1)
+
+
+# Compiled (once per chunk length): a verify's few tokens cost mostly per-op overhead on the CPU, which
+# fusing the elementwise ops cuts, with the same bits (tests/test_kernels_gated_delta.py compares it
+# with compile disabled; the saving: docs/performance.md).
+_token_major_chunk = mx.compile(lambda q, k, v, g, beta, state: token_major(q, k, v, g, beta, state))

@@ -106,23 +106,6 @@ def test_other_modes_leave_the_tree_out(qwen3_pair):
     assert not GenerationSettings(mode="lookup", tree_auto=True).resolved(qwen3_pair).uses_tree
 
 
-def _hybrid_pair(models_root, tokenizer_dir):
-    from fixtures.tiny_hybrid import write_hybrid_drafter, write_hybrid_target
-
-    target = models_root / "tree-rounds-hybrid-target"
-    if not target.exists():
-        write_hybrid_target(target, tokenizer_dir, "qwen3_5", seed=3)
-        write_hybrid_drafter(models_root / "tree-rounds-hybrid-drafter", target)
-    return load_pair(target, models_root / "tree-rounds-hybrid-drafter")
-
-
-def test_a_hybrid_target_is_refused_by_name(models_root, tokenizer_dir):
-    pair = _hybrid_pair(models_root, tokenizer_dir)
-    refused = r"--tree needs an attention-only target .*ArraysCache \(recurrent GatedDeltaNet"
-    with pytest.raises(SettingsError, match=refused):
-        GenerationSettings(tree=4).resolved(pair)
-
-
 def test_auto_keeps_the_chain_where_second_choices_never_pay(qwen3_pair):
     """--tree auto's pricing: with every second choice rejected so far, the chain; with them accepted
     as often as the drafter says, a tree, on the same drafts and cost curve."""
@@ -261,15 +244,16 @@ def test_sampled_tree_mutations_are_caught(soft_oracle, exact_first_two, monkeyp
     assert_rejected(_first_two(soft_oracle, ids, runs, tree=2, block_size=4), exact)
 
 
-def test_auto_on_a_target_without_trees_says_so_and_verifies_the_chain(models_root, tokenizer_dir, capsys):
+def test_auto_where_no_tree_can_run_says_so_and_verifies_the_chain(qwen3_tied_dirs, capsys):
     from app.cli import main as cli
 
-    pair = _hybrid_pair(models_root, tokenizer_dir)
-    assert not GenerationSettings(tree_auto=True).resolved(pair).uses_tree
-    argv = ["generate", "--target", str(pair.target_path), "--drafter", str(pair.drafter_path), "--prompt", "x",
-            "--max-tokens", "3", "--tree", "auto"]
+    target, drafter = qwen3_tied_dirs
+    pair = load_pair(target, drafter)
+    assert not GenerationSettings(tree_auto=True, block_size=1).resolved(pair).uses_tree
+    argv = ["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", "x",
+            "--max-tokens", "3", "--tree", "auto", "--block-size", "1"]
     assert cli(argv) == 0
-    assert "note: --tree auto verifies the chain here: a draft tree needs an attention-only target" in \
+    assert "note: --tree auto verifies the chain here: a draft tree needs a block of at least 2" in \
         capsys.readouterr().err
 
 

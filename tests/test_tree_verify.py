@@ -69,7 +69,7 @@ def test_each_node_gets_the_logits_of_its_own_path(targets, family, host, monkey
             np.testing.assert_allclose(logits[path], want, atol=2e-4, rtol=1e-4)
         # compaction keeps one path: the next step from the cache is AR's over the accepted tokens
         path = tree.path_to(int(rng.choice(leaves)))[: int(rng.integers(1, 5))]
-        compact(cache, len(prompt), path)
+        compact(model, cache, len(prompt), path)
         nxt = int(rng.integers(vocab))
         step = np.array(model(mx.array([[nxt]]), cache=cache)[0, -1])
         accepted = prompt + tree.tokens[path].tolist()
@@ -90,16 +90,14 @@ def test_a_tree_is_not_a_chain_to_the_target(targets):
     assert np.allclose(logits[0], flat[0], atol=2e-4)  # the root sees only the context either way
 
 
-def test_a_hybrid_target_is_refused_clearly(models_root, tokenizer_dir):
-    from fixtures.tiny_hybrid import write_hybrid_target
+def test_a_quantized_cache_is_refused_clearly(targets):
+    from mlx_lm.models.cache import QuantizedKVCache
 
-    path = models_root / "tree-hybrid-target"
-    if not path.exists():
-        write_hybrid_target(path, tokenizer_dir, "qwen3_5", seed=3)
-    model = load_target(path)[0]
+    model = targets["qwen3"]
     cache = make_target_cache(model)
+    cache[1] = QuantizedKVCache()
     tree = build_tree(1, np.array([[2, 3]]), np.log(np.array([[0.6, 0.3]])), 2)
-    with pytest.raises(DFlashError, match="not a plain KV cache; trees need attention-only targets"):
+    with pytest.raises(DFlashError, match="a draft tree needs plain KV caches .*layer 1 keeps a QuantizedKVCache"):
         tree_forward(model, cache, tree)
 
 
@@ -130,7 +128,7 @@ def test_rounds_of_tree_verify_give_ar_tokens_at_t0(targets, family, monkeypatch
         prefix = cache[0].offset
         logits = tree_forward(model, cache, tree)
         path, bonus = greedy_walk(tree, np.array(mx.argmax(logits, axis=-1)).tolist())
-        compact(cache, prefix, path)
+        compact(model, cache, prefix, path)
         took_second += int((tree.ranks[path[1:]] > 0).sum())
         out += tree.tokens[path[1:]].tolist() + [bonus]
     assert out[:len(ar)] == ar and took_second > 0

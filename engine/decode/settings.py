@@ -50,15 +50,10 @@ def tree_refusal(pair, block: int) -> Optional[str]:
     """Why no draft tree can run with this pair and block (None: one can). Every sampling setting can."""
     if block < 2:
         return "needs a block of at least 2 (a block of 1 drafts nothing to branch)"
-    from mlx_lm.models.cache import KVCache
-
+    from engine.decode.tree.verify import tree_cache_refusal
     from engine.models.target import make_target_cache
 
-    kinds = {type(c).__name__ for c in make_target_cache(pair.target) if type(c) is not KVCache}
-    if kinds:
-        return (f"needs an attention-only target with plain KV caches; this one keeps {', '.join(sorted(kinds))} "
-                "(recurrent GatedDeltaNet layers would need their state per node)")
-    return None
+    return tree_cache_refusal(pair.target, make_target_cache(pair.target))
 
 
 def draft_context_text(window: int, sink: int) -> str:

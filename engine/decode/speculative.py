@@ -209,7 +209,7 @@ class SpeculativeDecoder(Decoder):
             mx.eval(queued)
             table_fields = rec.table_fields(view, rows, queued)
         rec.mark("verified")
-        compact(self.cache, self.position, path)
+        compact(self.pair.target, self.cache, self.position, path)
         rec.mark("rolled")
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)

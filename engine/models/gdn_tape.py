@@ -7,7 +7,8 @@ recurrence going through `kernels.gated_delta_tape`: single steps (AR decoding)
 take the stepwise reference (mlx-lm's arithmetic), multi-token blocks (prefill,
 verify) the GPU kernel, or on the CPU the closed-form chunked pass. Inside `recording(tapes)` (the rollback opens it around a
 verify), a layer whose cache has a tape there also records what a rollback needs: the state and conv inputs before the block,
-and per step k_t, g_t and the innovation delta_t (fp32).
+and per step k_t, g_t and the innovation delta_t (fp32). Inside a tree verify (engine/models/gdn_tree.py)
+each node's conv and recurrence read its ancestors instead of the previous row.
 
 Calls this path does not cover (a padding mask, batched lengths, training with a
 cache, and on a GPU any call without a cache) go to mlx-lm's own forward unchanged.
@@ -31,8 +32,10 @@ import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache
 
 from engine.errors import DFlashError
+from engine.models.gdn_tree import PENDING, active_tree, conv_windows
 from engine.models.layer_swap import is_swapped, swap, unswap
 from kernels import gated_delta_tape
+from kernels.gated_delta_tree import gated_delta_tree
 
 # mlx-lm's GatedDeltaNet mixers, by the private module that defines each. They are looked up among
 # the modules already imported, never imported here: loading a hybrid target imports its family's
@@ -115,8 +118,12 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
     if conv_state is None:
         conv_state = mx.zeros((B, n_keep, layer.conv_dim), dtype=inputs.dtype)
     conv_input = mx.concatenate([conv_state, qkv], axis=1)
-    cache[0] = mx.contiguous(conv_input[:, -n_keep:, :])
-    conv_out = nn.silu(layer.conv1d(conv_input))
+    tree = active_tree()  # a tree verify: each node's conv and state come from its own ancestors
+    if tree is None:
+        cache[0] = mx.contiguous(conv_input[:, -n_keep:, :])
+        conv_out = nn.silu(layer.conv1d(conv_input))
+    else:
+        conv_out = nn.silu(conv_windows(layer.conv1d, conv_input, tree, n_keep))
 
     q, k, v = [
         t.reshape(B, S, h, d)
@@ -133,14 +140,17 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
     if state is None:
         state = mx.zeros((B, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim), dtype=mx.float32)
 
-    out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)
-
-    tape = _ACTIVE_TAPES.get().get(id(cache))
-    if tape is not None:
-        tape.state, tape.conv_input, tape.k, tape.g, tape.delta = state, conv_input, k, g, delta
-        if tape.keep_inputs:
-            tape.v, tape.beta = v, beta
-    cache[1] = new_state
+    if tree is not None:  # the cache keeps the state before the tree until commit_path
+        out, delta = gated_delta_tree(q, k, v, g, beta, state, tree)
+        setattr(cache, PENDING, GDNTape(state=state, conv_input=conv_input, k=k, g=g, delta=delta))
+    else:
+        out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)
+        tape = _ACTIVE_TAPES.get().get(id(cache))
+        if tape is not None:
+            tape.state, tape.conv_input, tape.k, tape.g, tape.delta = state, conv_input, k, g, delta
+            if tape.keep_inputs:
+                tape.v, tape.beta = v, beta
+        cache[1] = new_state
     cache.advance(S)
 
     out = layer.out_proj(layer.norm(out, z).reshape(B, S, -1))
@@ -160,6 +170,9 @@ def _covered(layer: nn.Module, mask: Optional[mx.array], cache: Any) -> bool:
 def _taped_call(cls: type):
     def __call__(self, inputs, mask=None, cache=None):
         if not _covered(self, mask, cache):
+            if active_tree() is not None:
+                raise DFlashError("tree verify: a GatedDeltaNet layer was called with a mask, padding or no "
+                                  "cache; its state per node cannot be kept there.")
             return cls.__call__(self, inputs, mask, cache)
         return taped_forward(self, inputs, ArraysCache(size=2) if cache is None else cache)
 

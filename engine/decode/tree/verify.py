@@ -9,8 +9,9 @@ values of all nodes enter the cache at consecutive slots; `compact` then moves t
 rows to the slots after the prefix and drops the rest, so the cache is what AR over the accepted
 tokens would have left.
 
-Attention-only targets with plain KV caches. A recurrent (GatedDeltaNet) layer would need its state
-per node (a tape along each branch), which is not built: such targets are refused.
+Hybrid targets too: a GatedDeltaNet layer steps each node from its parent's state and reads its
+ancestors' conv rows (engine/models/gdn_tree.py); `compact` gives it the state after the accepted
+path, replayed from the tree's tape. Quantized or other caches are refused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import mlx.nn as nn
 
 from engine.decode.tree.layout import DraftTree, attention_mask
 from engine.errors import DFlashError
+from engine.models.gdn_tape import gdn_layers, instrument
+from engine.models.gdn_tree import commit_path, tree_block
 
 
 class RowRoPE(nn.Module):
@@ -40,14 +43,28 @@ class RowRoPE(nn.Module):
         return self.rope(x.swapaxes(0, -2), offset=self.positions).swapaxes(0, -2)
 
 
-def _tree_caches(cache: list) -> list:
-    from mlx_lm.models.cache import KVCache
+def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
+    """Why a tree cannot be verified over these caches (None: it can): every layer needs a plain KV
+    cache or, for a GatedDeltaNet layer, its state."""
+    from mlx_lm.models.cache import ArraysCache, KVCache
 
+    recurrent = {i for i, _ in gdn_layers(model)}
     for i, c in enumerate(cache):
-        if type(c) is not KVCache:
-            raise DFlashError(f"tree verify: the target's layer {i} keeps a {type(c).__name__}, not a plain "
-                              "KV cache; trees need attention-only targets (no recurrent or quantized caches).")
-    return cache
+        if type(c) is not KVCache and not (i in recurrent and type(c) is ArraysCache):
+            return (f"needs plain KV caches (and GatedDeltaNet states); the target's layer {i} keeps a "
+                    f"{type(c).__name__}")
+    if all(i in recurrent for i in range(len(cache))):
+        return "needs at least one attention layer with a plain KV cache"
+    return None
+
+
+def _tree_caches(model: nn.Module, cache: list) -> tuple[list, list]:
+    """(the attention layers' KV caches, the GatedDeltaNet layers' states)."""
+    refusal = tree_cache_refusal(model, cache)
+    if refusal:
+        raise DFlashError(f"tree verify: a draft tree {refusal}.")
+    recurrent = {i for i, _ in gdn_layers(model)}
+    return ([c for i, c in enumerate(cache) if i not in recurrent], [c for i, c in enumerate(cache) if i in recurrent])
 
 
 def _rope_holders(model: nn.Module) -> list[nn.Module]:
@@ -62,7 +79,9 @@ def _rope_holders(model: nn.Module) -> list[nn.Module]:
 def tree_inputs(model: nn.Module, cache: list, tree: DraftTree, prefix: int) -> Iterator[None]:
     """Inside this block a forward of the tree's N tokens (batch of one) over `cache` (holding
     `prefix` positions) gives node i the position prefix + depth and the ancestor-only mask."""
-    caches = _tree_caches(cache)
+    caches, states = _tree_caches(model, cache)
+    if states:
+        instrument(model)  # idempotent: the GatedDeltaNet layers take the tree's parents per node
     holders = _rope_holders(model)
     positions = mx.array(tree.positions(prefix), dtype=mx.int32)
     n = len(tree)
@@ -78,7 +97,8 @@ def tree_inputs(model: nn.Module, cache: list, tree: DraftTree, prefix: int) -> 
             h.rope = RowRoPE(rope, positions)
         for c in caches:
             c.make_mask = make_mask
-        yield
+        with tree_block(tree.parents):
+            yield
     finally:
         for h, rope in zip(holders, ropes):
             h.rope = rope
@@ -88,18 +108,22 @@ def tree_inputs(model: nn.Module, cache: list, tree: DraftTree, prefix: int) -> 
 
 def tree_forward(model: nn.Module, cache: list, tree: DraftTree) -> mx.array:
     """The target's logits (N, V) at every node of the tree (graph only); the cache grows by N."""
-    prefix = _tree_caches(cache)[0].offset
+    prefix = _tree_caches(model, cache)[0][0].offset
     with tree_inputs(model, cache, tree, prefix):
         return model(mx.array(tree.tokens, dtype=mx.int32)[None], cache=cache)[0]
 
 
-def compact(cache: list, prefix: int, path: list[int]) -> None:
+def compact(model: nn.Module, cache: list, prefix: int, path: list[int]) -> None:
     """Keep the K/V rows of `path` (nodes from the root, as slots after `prefix`) at consecutive slots
-    from `prefix`, and drop the rest of the tree's rows."""
+    from `prefix`, and drop the rest of the tree's rows; give each GatedDeltaNet layer the state after
+    `path` (evaluated here: the round's rollback time)."""
     keep = mx.array([prefix + node for node in path], dtype=mx.int32)
     end = prefix + len(path)
-    for c in _tree_caches(cache):
+    kv, states = _tree_caches(model, cache)
+    for c in kv:
         if path != list(range(len(path))):  # a prefix of the flat order is already in place
             c.keys[..., prefix:end, :] = mx.take(c.keys, keep, axis=2)
             c.values[..., prefix:end, :] = mx.take(c.values, keep, axis=2)
         c.offset = end
+    if states:
+        mx.eval(commit_path(states, path))
