@@ -37,6 +37,7 @@ CHIP_REJECTED_TEXT = "#e06c75"
 CHIP_BONUS = "#2f6bb5"
 CHIP_CORRECTION = "#b3691f"
 CHIP_ANCHOR = "#6b7280"
+CHIP_TREE = "#56b6c2"  # a tree round's tag in the rounds table; a second choice taken, in the Tree tab
 
 ROUND_HIGHLIGHT = "#e5c07b"
 DIFF_MARK = "#b33a3a"
