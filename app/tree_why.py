@@ -56,16 +56,18 @@ class TreeWhy(QWidget):
         self.p_depth.legend.addItem(self.chain_bars, "the chain (first choices)")
         self.p_rank = self.plots.addPlot(row=0, col=1, axisItems=thin_axes())
         self.p_rank.setTitle("Accepted by sibling rank", **TITLE)
-        self.p_rank.setLabel("bottom", "the drafter's rank of the candidate")
-        self.p_rank.setLabel("left", "accepted / judged")
+        self.p_rank.setLabel("bottom", "the drafter's rank of the candidate (taken / judged above each)")
+        self.p_rank.setLabel("left", "share taken")
         self.rank_bars = empty_bars(theme.CHIP_TREE, 200)
         self.p_rank.addItem(self.rank_bars)
         self.rank_labels: list[pg.TextItem] = []
         readable(self.plots, TREE_PLOTS_HEIGHT)
+        # its least height set, not hinted: the Why page's layout kept the hint it read while this was hidden
+        self.setMinimumHeight(TREE_PLOTS_HEIGHT + 3 * self.summary.fontMetrics().lineSpacing())
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.summary)
-        lay.addWidget(self.plots)
+        lay.addWidget(self.plots, 1)  # the room the summary does not need
         self.stats: Optional[dict] = None
         self.update_run(None)
 
@@ -92,7 +94,7 @@ class TreeWhy(QWidget):
         rates = np.array([a / j if j else 0.0 for _, (a, j) in ranks])
         self.rank_bars.setOpts(x=x, height=rates, width=0.7)
         self.p_rank.getAxis("bottom").setTicks([[(i, rank_name(r)) for i, (r, _) in enumerate(ranks)]])
-        self.p_rank.setRange(xRange=(-0.6, len(ranks) - 0.4), yRange=(0, 1.15), padding=0)
+        self.p_rank.setRange(xRange=(-0.6, len(ranks) - 0.4), yRange=(0, 1.3), padding=0)  # room for the counts above a full bar
         for i, (_, (a, j)) in enumerate(ranks):
             label = pg.TextItem(f"{a}/{j}", color=theme.FOREGROUND, anchor=(0.5, 1))
             label.setPos(i, rates[i])
