@@ -160,9 +160,7 @@ class ChipDelegate(QStyledItemDelegate):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.font = QFont("DejaVu Sans Mono")
-        self.font.setStyleHint(QFont.StyleHint.Monospace)
-        self.font.setPointSizeF(8.5)
+        self.font = theme.chip_font(8.5)
         self.strike = QFont(self.font)
         self.strike.setStrikeOut(True)
         self.metrics = QFontMetrics(self.font)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QIcon, QPalette
+from PySide6.QtGui import QColor, QFont, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 from app.paths import resources_dir
@@ -96,3 +96,11 @@ def apply_theme(app: QApplication) -> None:
         app.setWindowIcon(QIcon(str(icon)))
     # No antialiasing: it makes filled plots several times dearer to repaint (docs/performance.md).
     pg.setConfigOptions(background=BACKGROUND, foreground=FOREGROUND, antialias=False)
+
+
+def chip_font(points: float) -> QFont:
+    """The monospace font of token chips (the rounds table, the Selector, the Tree tab)."""
+    font = QFont("DejaVu Sans Mono")
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    font.setPointSizeF(points)
+    return font

@@ -15,7 +15,7 @@ import html
 from typing import Any, Optional
 
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from engine.decode.tree_stats import COPY, chain_depth, is_tree_round, tree_nodes, tree_stats
@@ -85,11 +85,7 @@ class TreeCanvas(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.font = QFont("DejaVu Sans Mono")
-        self.font.setStyleHint(QFont.StyleHint.Monospace)
-        self.font.setPointSizeF(9.0)
-        self.small = QFont(self.font)
-        self.small.setPointSizeF(8.0)
+        self.font, self.small = theme.chip_font(9.0), theme.chip_font(8.0)
         self.metrics, self.small_metrics = QFontMetrics(self.font), QFontMetrics(self.small)
         self.round: Optional[Any] = None
         self.nodes: list[dict[str, Any]] = []
@@ -179,7 +175,8 @@ class TreeCanvas(QWidget):
                 "ancestor was refused"}[self.styles[node]]
         if node == 0:
             return f"{what}, id {n['token']}"
-        source = "a lookup copy's token" if n["copy"] else f"the drafter's candidate #{n['rank'] + 1} at depth {n['depth']}"
+        source = ("a lookup copy's token" if n["copy"] else
+                  f"the drafter's candidate #{n['rank'] + 1} at depth {n['depth']}")
         prob = "" if n["p"] is None else (f"; the drafter's probability {n['p']:.3f} given its parent, "
                                           f"{n['path_p']:.3f} for the whole prefix")
         return f"node {node}, id {n['token']}: {source}{prob}\n{what}"

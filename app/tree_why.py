@@ -94,7 +94,8 @@ class TreeWhy(QWidget):
         rates = np.array([a / j if j else 0.0 for _, (a, j) in ranks])
         self.rank_bars.setOpts(x=x, height=rates, width=0.7)
         self.p_rank.getAxis("bottom").setTicks([[(i, rank_name(r)) for i, (r, _) in enumerate(ranks)]])
-        self.p_rank.setRange(xRange=(-0.6, len(ranks) - 0.4), yRange=(0, 1.3), padding=0)  # room for the counts above a full bar
+        # room for the counts above a full bar
+        self.p_rank.setRange(xRange=(-0.6, len(ranks) - 0.4), yRange=(0, 1.3), padding=0)
         for i, (_, (a, j)) in enumerate(ranks):
             label = pg.TextItem(f"{a}/{j}", color=theme.FOREGROUND, anchor=(0.5, 1))
             label.setPos(i, rates[i])

@@ -120,7 +120,9 @@ def test_a_tree_round_is_drawn_and_the_why_tab_shows_where_the_tree_paid(qtbot, 
     tip = w.rounds.rounds_model.data(w.rounds.rounds_model.index(row, 2), Qt.ItemDataRole.ToolTipRole)
     assert "a draft tree of 15 draft nodes" in tip and "second choice" in tip and "Tree tab" in tip
     drawn = assert_tree_drawn(qtbot, w, row)
-    assert any(style == "second" for _, style in drawn.values())
+    second = next(node for node, (_, style) in drawn.items() if style == "second")
+    rank = rounds[row].tree_ranks[second]
+    assert f"candidate #{rank + 1}" in w.tree_view.canvas.tip(second) and "second choice" in w.tree_view.canvas.tip(second)
     assert_why_shows(w)
     chain = next(i for i, r in enumerate(rounds) if not r.tree_parents) if not all(r.tree_parents for r in rounds) \
         else None
