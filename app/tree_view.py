@@ -18,6 +18,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
+from engine.decode.settings import SamplingSettings
 from engine.decode.tree_stats import COPY, chain_depth, is_tree_round, tree_nodes, tree_stats
 from app import theme
 from app.run_record import RunRecord
@@ -36,6 +37,10 @@ KEY = ("<span style='background:%s; color:#fff'>&nbsp;accepted&nbsp;</span>&nbsp
        "<span style='color:#8b93a1'>not reached</span> · the number: the drafter's probability given the parent"
        % (theme.CHIP_ACCEPTED, theme.CHIP_TREE, theme.CHIP_TREE, theme.CHIP_BONUS, theme.CHIP_CORRECTION,
           theme.CHIP_REJECTED, theme.CHIP_REJECTED_TEXT))
+# At T > 0 a tree's shape comes from the drafter's ranked probabilities and its rank-r token is the r-th
+# draw (engine/decode/tree/walk.py): the number shown is the r-th probability, not the drawn token's
+SAMPLED = (" At T > 0 a node's number is the drafter's probability of its rank at that depth (the tree's "
+           "shape); its token is a draw, not necessarily that candidate.")
 MARGIN, H_GAP, V_GAP, PAD = 8, 18, 6, 5
 
 
@@ -234,7 +239,8 @@ class TreeView(QWidget):
             return
         self.canvas.set_round(r, run.table)
         self.key.show()
-        self.headline.setText(headline(r, run.table))
+        sampling = SamplingSettings.from_dict(run.start.settings.get("sampling"))
+        self.headline.setText(headline(r, run.table) + ("" if sampling.greedy else SAMPLED))
 
 
 def headline(r: Any, table) -> str:

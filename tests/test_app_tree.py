@@ -39,6 +39,12 @@ def test_the_tree_setting_is_the_command_lines_default_reaches_the_run_and_persi
     trees = [r for r in rounds if r.tree_parents]
     assert trees and all(1 < len(r.tree_parents) <= 6 for r in trees)  # 5 draft nodes and the anchor at most
     assert all(type(r.tree_parents) is list and type(r.tree_scores) is list for r in trees)  # plain data crossed
+    w.tree_view.show_round(w.rounds_run, rounds.index(trees[0]))
+    assert "At T > 0" not in w.tree_view.headline.text()
+    rounds = _tree_run(qtbot, w, qwen3_tied_dirs, PROMPTS[0], temperature=1.0)  # sampled: the numbers are ranks'
+    w.tree_view.show_round(w.rounds_run, next(i for i, r in enumerate(rounds) if r.tree_parents))
+    assert "At T > 0" in w.tree_view.headline.text()
+    w.prompt.temperature.setValue(0.0)
     rounds = _tree_run(qtbot, w, qwen3_tied_dirs, PROMPTS[0], max_tokens=24, block_size=4, tree=0)
     assert rounds and not any(r.tree_parents for r in rounds)  # "chain": no tree
     w.prompt.tree.setValue(7)

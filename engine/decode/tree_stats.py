@@ -6,7 +6,9 @@ copy's), and the accepted path of nodes from the root. From these:
 
 - `tree_nodes(r)`: one row per node, for drawing the tree: its depth, the drafter's probability of
   it given its parent (exp of its score less its parent's; a copy's is None), whether the target
-  accepted it, and whether it was a second choice that was taken (rank > 0 on the path);
+  accepted it, and whether it was a second choice that was taken (rank > 0 on the path). At T > 0
+  the scores are the drafter's ranked probabilities (the tree's shape) and a node's token is the
+  draw of its rank, so the probability is its rank's, not necessarily its token's;
 - `chain_depth(r)`: how many drafts the chain would have had accepted on the same round. The chain
   is the drafter's first choice at every depth: the tree's rank-0 line from the root. The target's
   choice along the accepted path is known, so the chain keeps step with the path while the path
