@@ -36,6 +36,9 @@ def _add_gui_parser(sub) -> None:
     g.add_argument("--screenshot", metavar="FILE.png", help="render the window to a PNG and exit")
     g.add_argument("--run-demo", action="store_true",
                    help="with --screenshot: run the demo prompt in Both mode to completion first")
+    g.add_argument("--tree-round", action="store_true",
+                   help="with --screenshot: show in the Tree tab the tree round where the tree beat the chain by "
+                        "most (of the trace opened, or of --run-demo's run, which then has auto tree on)")
     g.add_argument("--target", help="target to preselect (and for --run-demo when the demo pair is absent)")
     g.add_argument("--drafter", help="drafter to preselect")
     g.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens,

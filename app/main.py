@@ -111,12 +111,14 @@ def run_gui(args: argparse.Namespace) -> int:
             os._exit(code)
         return code
     try:
-        return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None), trace)
+        return _screenshot(app, window, Path(screenshot), run_demo, getattr(args, "max_tokens", None), trace,
+                           bool(getattr(args, "tree_round", False)))
     finally:
         window.close()
 
 
-def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int], trace: Optional[str]) -> int:
+def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[int], trace: Optional[str],
+                tree_round: bool = False) -> int:
     from engine.decode.settings import DEFAULTS
     from engine.errors import DFlashError
     from engine.safe_write import atomic_path, check_output
@@ -141,6 +143,8 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
         window.prompt.temperature.setValue(0.0)
         window.prompt.max_tokens.setValue(max_tokens or DEFAULTS.max_tokens)
         window.prompt.set_mode("both")
+        if tree_round:
+            window.prompt.tree_auto.setChecked(True)
         loop = QEventLoop()
         window.job_finished.connect(lambda _kind: loop.quit())
         errors_before = len(window.errors)
@@ -154,6 +158,8 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
         if window.rounds_run is not None and window.rounds_run.rounds:
             middle = len(window.rounds_run.rounds) // 3
             window.rounds.selectRow(middle)
+    if tree_round:
+        _show_tree_round(window)
     for _ in range(5):
         app.processEvents()
     try:
@@ -170,3 +176,17 @@ def _screenshot(app, window, path: Path, run_demo: bool, max_tokens: Optional[in
         return 2
     print(f"saved {path}")
     return 0
+
+
+def _show_tree_round(window) -> None:
+    """The tree round that shows best what a tree is for, selected and drawn in the Tree tab."""
+    from app.tree_view import telling_round
+
+    run = window.rounds_run
+    row = telling_round(run.rounds) if run is not None else None
+    if row is None:
+        print("note: the run verified no draft tree (auto chose the chain every round).", file=sys.stderr)
+        return
+    window.rounds.selectRow(row)
+    window.rounds.scrollTo(window.rounds.rounds_model.index(row, 0))
+    window.center_tabs.setCurrentWidget(window.tree_view)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
 
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
-    DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT,
+    DEFAULTS, LOOKUP_MAX_DRAFT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_TEMPERATURE, MAX_TOKENS_LIMIT, MAX_TREE,
     GenerationSettings, SamplingSettings,
 )
 from app.number_boxes import ClampedDoubleSpinBox, ClampedSpinBox
@@ -77,6 +77,17 @@ class PromptPanel(QGroupBox):
                                f"{LOOKUP_MAX_DRAFT} tokens, instead of the drafter's block. "
                                "Lossless: verified like any draft (at temperature 0 a copied token is kept "
                                "only where it is the target's own choice).")
+        self.tree = ClampedSpinBox("draft tree", minimum=0, maximum=MAX_TREE)
+        self.tree.setSpecialValueText("chain")
+        self.tree.setToolTip(f"Each DFlash round verifies a draft tree of this many draft nodes (1..{MAX_TREE}) in "
+                             "one forward: the drafter's second choices beside its first, the longest path the "
+                             "target agrees with committed (docs/trees.md). Chain: one path, the first choices. "
+                             "Lossless either way.")
+        self.tree_auto = QCheckBox("auto tree")
+        self.tree_auto.setToolTip("Each round's tree sized by the cost curve and this run's acceptance, the chain "
+                                  "where a tree does not pay (--tree auto, the command line's default). A target "
+                                  "no tree can serve (hybrid) verifies the chain.")
+        self.tree_auto.toggled.connect(lambda on: self.tree.setEnabled(not on))
 
         self.draft_window = ClampedSpinBox("draft window", minimum=0, maximum=MAX_DRAFT_CONTEXT, value=DEFAULTS.draft_window, singleStep=64)
         self.draft_window.setSpecialValueText("whole context")
@@ -91,7 +102,7 @@ class PromptPanel(QGroupBox):
                                    "is measured once, as the window is)")
         self.draft_window.valueChanged.connect(lambda w: self.draft_sink.setEnabled(w > 0))
         for box in (self.temperature, self.top_p, self.top_k, self.seed, self.max_tokens, self.block_size,
-                    self.draft_window, self.draft_sink):
+                    self.draft_window, self.draft_sink, self.tree):
             box.clamped.connect(self.notice)
             # not as wide as the largest value each takes (a seed's 10 digits): the column narrows on a
             # 1024-pixel screen, where the centre had ~550 px and the rounds header read "ock: anchor"
@@ -120,7 +131,8 @@ class PromptPanel(QGroupBox):
         for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-p", self.top_p),
                                         ("Top-k", self.top_k), ("Seed", self.seed),
                                         ("Max tokens", self.max_tokens), ("Block size", self.block_size),
-                                        ("Draft window", self.draft_window), ("Draft sink", self.draft_sink))):
+                                        ("Draft window", self.draft_window), ("Draft sink", self.draft_sink),
+                                        ("Draft tree", self.tree))):
             row = i // 2 + (i >= 6)  # row 3 holds the copy lookup and auto verify length boxes
             grid.addWidget(QLabel(label), row, (i % 2) * 2)
             grid.addWidget(w, row, (i % 2) * 2 + 1)
@@ -132,6 +144,7 @@ class PromptPanel(QGroupBox):
         lay.addLayout(form)
         grid.addWidget(self.lookup, 3, 0, 1, 2)
         grid.addWidget(self.block_auto, 3, 2, 1, 2)
+        grid.addWidget(self.tree_auto, 5, 2, 1, 2)
         lay.addLayout(grid)
         # The mode and Run / Stop: the window pins them below the settings column's scroll area, so
         # they stay on screen where the column does not fit (a laptop at 150% scaling).
@@ -191,6 +204,8 @@ class PromptPanel(QGroupBox):
             lookup=self.lookup.isChecked(),
             draft_window=self.draft_window.value(),
             draft_sink=self.draft_sink.value() if self.draft_window.value() else 0,  # no sink beside the whole context
+            tree=0 if self.tree_auto.isChecked() else self.tree.value(),
+            tree_auto=self.tree_auto.isChecked(),
         )
 
     def set_capabilities(self, has_chat_template: bool, has_thinking: bool) -> None:
@@ -236,7 +251,7 @@ class PromptPanel(QGroupBox):
         if header.get("mode") in self.mode_buttons:  # lookup and draft-model runs are the Race tab's
             self.set_mode(header["mode"])
         settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
-        for box, key in ((self.block_auto, "auto"), (self.lookup, "lookup")):
+        for box, key in ((self.block_auto, "auto"), (self.lookup, "lookup"), (self.tree_auto, "tree_auto")):
             # an AR or draft-model run resolves both to false: that says nothing of a DFlash run's choice
             if header.get("mode") == "dflash" and isinstance(settings.get(key), bool):
                 box.setChecked(settings[key])
@@ -248,7 +263,8 @@ class PromptPanel(QGroupBox):
         for box, value in ((self.max_tokens, settings.get("max_tokens")), (self.block_size, block),
                            (self.top_k, sampling.get("top_k")), (self.seed, sampling.get("seed")),
                            (self.draft_window, settings.get("draft_window")),
-                           (self.draft_sink, settings.get("draft_sink"))):
+                           (self.draft_sink, settings.get("draft_sink")),
+                           (self.tree, settings.get("tree") if header.get("mode") == "dflash" else None)):
             if is_int(value):
                 box.setValue(min(max(value, box.minimum()), box.maximum()))
         for box, value in ((self.temperature, sampling.get("temperature")), (self.top_p, sampling.get("top_p"))):
@@ -269,6 +285,9 @@ class PromptPanel(QGroupBox):
         self.block_size.setValue(s.block_size)
         self.block_auto.setChecked(s.block_auto)
         self.lookup.setChecked(s.lookup)
+        self.tree.setValue(s.tree)
+        self.tree_auto.setChecked(s.tree_auto)
+        self.tree.setEnabled(not s.tree_auto)
         self.draft_window.setValue(s.draft_window)
         self.draft_sink.setValue(s.draft_sink)
 
@@ -285,5 +304,7 @@ class PromptPanel(QGroupBox):
         s.block_size = self.block_size.value()
         s.block_auto = self.block_auto.isChecked()
         s.lookup = self.lookup.isChecked()
+        s.tree = self.tree.value()
+        s.tree_auto = self.tree_auto.isChecked()
         s.draft_window = self.draft_window.value()
         s.draft_sink = self.draft_sink.value()

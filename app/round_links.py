@@ -1,7 +1,8 @@
-"""Rounds <-> output and selector: a round picked in the table, or a token clicked in the output, is
-shown in the output (highlighted) and described in the Selector.
+"""Rounds <-> output, selector and tree: a round picked in the table, or a token clicked in the output, is
+shown in the output (highlighted), described in the Selector and, a tree round, drawn in the Tree tab.
 
-A pick brings the Output page forward (the Selector stays when it is on show), but never while the
+A pick brings the Output page forward (the Selector or the Tree stays when it is on show; a double-click
+opens the Tree for a tree round, the Selector for any other), but never while the
 tab bar is switching pages: hiding a page hands the keyboard focus on, and a table with no current
 row takes its first row when it gets the focus.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import weakref
 
 from PySide6.QtWidgets import QTabWidget
+
+from engine.decode.tree_stats import is_tree_round
 
 
 def switching(tabs: QTabWidget) -> bool:
@@ -32,14 +35,18 @@ class RoundLinks:
     def round_selected(self, index: int) -> None:
         w = self.w
         w.selector_view.show_round(w.rounds_run, index)
+        w.tree_view.show_round(w.rounds_run, index)
         tabs = w.center_tabs
-        if not switching(tabs) and tabs.currentWidget() is not w.selector_view:
+        if not switching(tabs) and tabs.currentWidget() not in (w.selector_view, w.tree_view):
             tabs.setCurrentWidget(w.output)
         w.output.highlight_round(index)
 
-    def round_opened(self, _index: int) -> None:
-        if not switching(self.w.center_tabs):
-            self.w.center_tabs.setCurrentWidget(self.w.selector_view)
+    def round_opened(self, index: int) -> None:
+        """A tree round opens in the Tree tab, any other in the Selector."""
+        w = self.w
+        r = w.rounds.rounds_model.round_at(index)
+        if not switching(w.center_tabs):
+            w.center_tabs.setCurrentWidget(w.tree_view if r is not None and is_tree_round(r) else w.selector_view)
 
     def token_clicked(self, token_index: int) -> None:
         w = self.w

@@ -15,10 +15,10 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QHeaderView, QLabel, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTableView,
 )
 
-from engine.decode.confidence import broke_at
-from engine.decode.events import DRAFT_MODEL, LOOKUP, PLAIN, RoundEvent
-from engine.decode.selector_stats import has_selector, miss, positions
+from engine.decode.events import RoundEvent
+from engine.decode.tree_stats import is_tree_round
 from app import theme
+from app.round_text import round_tooltip, why_lines  # noqa: F401 (why_lines: the tooltip's, for its tests)
 from app.run_record import RunRecord
 from app.tokens import chip_text
 
@@ -28,7 +28,9 @@ HEADER_TIPS = ("round index", "absolute position of the anchor token",
                "the anchor, the drafted tokens (accepted green, rejected struck through) and the bonus "
                "(blue) or correction (orange) token; each draft's left edge says where it came from (the "
                "legend below); when a block is wider than the column, …k stands "
-               "for k drafts in the middle (the row's tooltip lists them all)", "accepted drafts / drafted", "drafting time, ms",
+               "for k drafts in the middle (the row's tooltip lists them all); \"tree N\" marks a round "
+               "that verified a draft tree of N nodes (its accepted path, then first choices; double-click "
+               "it for the tree)", "accepted drafts / drafted", "drafting time, ms",
                "target verification time, ms", "rollback (cache trim / tape replay; a tree round: the accepted path "
                "kept, its GatedDeltaNet steps replayed) time, ms",
                "seconds since the first token, at the end of the round")
@@ -112,69 +114,6 @@ class RoundsModel(QAbstractTableModel):
         return None
 
 
-def round_tooltip(r: RoundEvent, table) -> str:
-    if r.bonus_kind == PLAIN:
-        return (f"round {r.index} at position {r.position}: a plain step (auto skipped the drafter: drafting did "
-                f"not pay here)\n{chip_text(table, r.bonus)} (id {r.bonus}) from the target alone, "
-                f"{r.verify_ms:.2f} ms")
-    drafts = " ".join(chip_text(table, t) for t in r.drafted) or "(none)"
-    source = f" (by the {theme.SOURCE_LABEL.get(r.source, r.source)})" if r.source and r.drafted else ""
-    return (f"round {r.index} at position {r.position}\n"
-            f"anchor {chip_text(table, r.anchor)} (id {r.anchor})\n"
-            f"drafted{source}: {drafts}\n"
-            + (f"why these drafts: {r.choice}\n" if r.choice else "")
-            + f"accepted {r.accepted} of {len(r.drafted)}, then {r.bonus_kind} {chip_text(table, r.bonus)} "
-            f"(id {r.bonus})\n"
-            f"committed {len(r.committed)} tokens; draft {r.draft_ms:.2f} ms, verify {r.verify_ms:.2f} ms, "
-            f"rollback {r.rollback_ms:.2f} ms"
-            + (f"\nverified {r.verified} positions (the anchor and {r.verified - 1} drafts)" if r.verified else "")
-            + (f"; drafted but not verified: {' '.join(chip_text(table, t) for t in r.unverified)}"
-               if r.unverified else "")
-            + why_lines(r, table) + selector_lines(r, table))
-
-
-def why_lines(r: RoundEvent, table) -> str:
-    """The proposer's confidence per draft and, where the block broke, how far apart the models were. A
-    copy (lookup) is certain of every token: only the target's side is told."""
-    if not r.draft_p:
-        return ""
-    broke = broke_at(r)
-    if r.source == LOOKUP:
-        if broke is None:
-            return ""
-        return (f"\nbroke at copied token {broke['position']}: the copy had {chip_text(table, broke['draft'])} "
-                f"(the target p {broke['target_p']:.2f}); the target chose "
-                f"{chip_text(table, broke['target_choice'])} by a logit margin of {broke['margin']:.2f}"
-                + (", the copied token itself (a sampling miss)" if broke["target_rank"] == 0 else ""))
-    who = "draft model" if r.source == DRAFT_MODEL else "drafter"
-    text = f"\n{who} confidence per draft: " + " ".join(f"{p:.2f}" for p in r.draft_p)
-    if broke is not None:
-        rank = broke["target_rank"]
-        text += (f"\nbroke at draft {broke['position']}: the {who} gave {chip_text(table, broke['draft'])} "
-                 f"p {broke['draft_p']:.2f} (the target p {broke['target_p']:.2f}); the target chose "
-                 f"{chip_text(table, broke['target_choice'])} by a logit margin of {broke['margin']:.2f}, "
-                 + (f"the {who}'s first choice too (a sampling miss)" if rank == 0 else
-                    f"ranked {rank + 1} in the {who}'s list"))
-    return text
-
-
-def selector_lines(r: RoundEvent, table) -> str:
-    """A DFlash2 round: how often its selector rescored the plain argmax, and whose miss the break was."""
-    if not has_selector(r):
-        return ""
-    rows = positions(r)
-    text = (f"\nselector: {sum(row['rescored'] for row in rows)} of {len(rows)} drafts differ from the "
-            "drafter's plain argmax")
-    broke = miss(r)
-    if broke is not None:
-        rank = broke["target_rank"]
-        text += f"; at draft {broke['position']} the target's choice " + (
-            "was not a candidate (the drafter's miss)" if broke["kind"] == "drafter" else
-            f"was candidate #{rank + 1} (the selector's miss)" if broke["kind"] == "selector" else
-            "was the draft (a sampling miss)")
-    return text + "\ndouble-click the round for its candidates (Selector tab)"
-
-
 def fit_chips(widths: list[int], avail: int, gap: int, marker_width) -> list[int]:
     """Which chips of a block to paint in `avail` pixels: all when they fit; else the anchor
     (first), the bonus or correction (last), and as many drafts from both ends as fit around one
@@ -222,9 +161,7 @@ class ChipDelegate(QStyledItemDelegate):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.font = QFont("DejaVu Sans Mono")
-        self.font.setStyleHint(QFont.StyleHint.Monospace)
-        self.font.setPointSizeF(8.5)
+        self.font = theme.chip_font(8.5)
         self.strike = QFont(self.font)
         self.strike.setStrikeOut(True)
         self.metrics = QFontMetrics(self.font)
@@ -244,6 +181,7 @@ class ChipDelegate(QStyledItemDelegate):
         }
         self.sources = {k: QColor(c) for k, c in theme.CHIP_SOURCE.items()}
         self.text_pen = QPen(QColor(theme.FOREGROUND))
+        self.tree_pen = QPen(QColor(theme.CHIP_TREE), 1)
         self.selected = QColor("#3d5a80")
         self.alternate = QColor(theme.PANEL)
 
@@ -277,6 +215,11 @@ class ChipDelegate(QStyledItemDelegate):
     def _paint_block(self, painter: QPainter, rect: QRect, r: RoundEvent, table) -> None:
         inner = rect.adjusted(3, 3, -3, -3)
         top, height = inner.top(), inner.height()
+        tag = None  # a tree round: "tree N" (its draft nodes) before the anchor; the chips are its accepted line
+        if is_tree_round(r):
+            text = f"tree {len(r.tree_parents) - 1}"
+            tag = (QRect(inner.left(), top, self.metrics.horizontalAdvance(text) + 2 * self.PAD, height), text)
+            inner.setLeft(tag[0].right() + 1 + self.GAP)
         baseline = top + (height + self.metrics.ascent() - self.metrics.descent()) // 2
         styled = [("anchor", r.anchor)] + [("accepted" if k < r.accepted else "rejected", t)
                                             for k, t in enumerate(r.drafted)] + [(r.bonus_kind, r.bonus)]
@@ -298,6 +241,12 @@ class ChipDelegate(QStyledItemDelegate):
             x += (widths[i] if i >= 0 else w) + self.GAP
         painter.save()
         painter.setClipRect(rect)
+        if tag is not None:
+            painter.setPen(self.tree_pen)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(tag[0], 4, 4)
+            painter.setFont(self.font)
+            painter.drawText(tag[0].left() + self.PAD, baseline, tag[1])
         for style, boxes in groups.items():
             outline, fill, text_pen, font = self.styles.get(style, self.styles["correction"])
             painter.setPen(outline)
@@ -351,7 +300,7 @@ class RoundsView(QTableView):
             if col != BLOCK_COLUMN:
                 self.setColumnWidth(col, width)
         self.selectionModel().currentRowChanged.connect(self._row_changed)
-        self.doubleClicked.connect(lambda index: self.round_opened.emit(index.row()))
+        self.doubleClicked.connect(lambda index: self.round_opened.emit(index.row()))  # Tree or Selector tab
         self._quiet = False
 
     def set_run(self, run: Optional[RunRecord]) -> None:

@@ -190,9 +190,7 @@ class SelectorView(QWidget):
         self.key = QLabel(KEY)
         self.key.setObjectName("hint")
         self.key.setWordWrap(True)
-        self.font = QFont("DejaVu Sans Mono")
-        self.font.setStyleHint(QFont.StyleHint.Monospace)
-        self.font.setPointSizeF(8.5)
+        self.font = theme.chip_font(8.5)
         self.table.setFont(self.font)
         self.table.verticalHeader().setDefaultSectionSize(QFontMetrics(self.font).height() + 6)
         # a few candidates' rows at least (a short page showed one): the page scrolls instead

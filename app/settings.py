@@ -20,7 +20,7 @@ from engine.safe_write import write_atomic
 from engine.decode.prompts import PROMPT_FORMATS
 from engine.decode.settings import (
     AUTO_BY_DEFAULT, DEFAULTS, LOOKUP_BY_DEFAULT, MAX_BLOCK, MAX_DRAFT_CONTEXT, MAX_NUM_DRAFT, MAX_TEMPERATURE,
-    MAX_TOKENS_LIMIT, MODES, NUM_DRAFT,
+    MAX_TOKENS_LIMIT, MAX_TREE, MODES, NUM_DRAFT, TREE_BY_DEFAULT,
 )
 from engine.json_text import is_int, is_number
 
@@ -50,6 +50,8 @@ class AppSettings:
     block_size: int = 0  # 0: the drafter's own
     block_auto: bool = AUTO_BY_DEFAULT  # --block-size auto: the verify length chosen each round
     lookup: bool = LOOKUP_BY_DEFAULT  # --lookup: rounds verify a copy of the context where the text repeats it
+    tree: int = 0  # --tree N: draft nodes a round verifies (0: the chain), where tree_auto is off
+    tree_auto: bool = TREE_BY_DEFAULT == "auto"  # --tree auto, the command line's default
     draft_window: int = DEFAULTS.draft_window  # 0: the drafter's whole context
     draft_sink: int = DEFAULTS.draft_sink
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()
@@ -94,6 +96,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "seed": (0, 2_147_483_647),
     "max_tokens": (1, MAX_TOKENS_LIMIT),
     "block_size": (0, MAX_BLOCK),
+    "tree": (0, MAX_TREE),
     "draft_window": (0, MAX_DRAFT_CONTEXT),
     "draft_sink": (0, MAX_DRAFT_CONTEXT),
     "center_tab": (0, 16),

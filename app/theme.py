@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QIcon, QPalette
+from PySide6.QtGui import QColor, QFont, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 from app.paths import resources_dir
@@ -37,6 +37,7 @@ CHIP_REJECTED_TEXT = "#e06c75"
 CHIP_BONUS = "#2f6bb5"
 CHIP_CORRECTION = "#b3691f"
 CHIP_ANCHOR = "#6b7280"
+CHIP_TREE = "#56b6c2"  # a tree round's tag in the rounds table; a second choice taken, in the Tree tab
 
 ROUND_HIGHLIGHT = "#e5c07b"
 DIFF_MARK = "#b33a3a"
@@ -95,3 +96,11 @@ def apply_theme(app: QApplication) -> None:
         app.setWindowIcon(QIcon(str(icon)))
     # No antialiasing: it makes filled plots several times dearer to repaint (docs/performance.md).
     pg.setConfigOptions(background=BACKGROUND, foreground=FOREGROUND, antialias=False)
+
+
+def chip_font(points: float) -> QFont:
+    """The monospace font of token chips (the rounds table, the Selector, the Tree tab)."""
+    font = QFont("DejaVu Sans Mono")
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    font.setPointSizeF(points)
+    return font

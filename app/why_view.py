@@ -4,7 +4,8 @@ verify costs here.
 Five plots: acceptance against the drafter's confidence (from the run's rounds, live), the
 advisor's predicted speedup for every block size with the current one marked, and the cost
 curve; below, acceptance and round cost against context depth (live, each round at its anchor's
-position, with the mean over each depth range; the AR run's step cost beside it in Both mode).
+position, with the mean over each depth range; the AR run's step cost beside it in Both mode); and,
+for a run with draft trees, where they paid (app/tree_why.py).
 The advice and the curve come from the worker (`Advise block size`): it measures or reads the
 cached cost curve of the loaded pair and runs the advisor on this run's rounds.
 """
@@ -26,6 +27,7 @@ from app.layout_fit import PLOTS_SLACK, plots_min_width, readable, scrolled
 from app.plot_axes import thin_axes
 from app.plots import TITLE, empty_bars, translucent_brush
 from app.run_record import RunRecord
+from app.tree_why import TreeWhy
 
 WHY_PLOTS_HEIGHT = 300  # two rows of plots, readable (the page scrolls below it)
 LEGEND_HEADROOM = 0.45  # cost by depth: y range this share of the span above the top point (room for the legend)
@@ -114,6 +116,8 @@ class WhyView(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
         lay.addWidget(self.plots, 1)
+        self.trees = TreeWhy()  # a run with draft trees: where they paid (hidden otherwise)
+        lay.addWidget(self.trees)
         self.advice: Optional[dict] = None
         self.clear()
 
@@ -128,11 +132,13 @@ class WhyView(QWidget):
                       self.depth_ar_mean):
             curve.setData([], [])
         self.advice = None
+        self.trees.update_run(None)
         self.summary.setText("Run DFlash, then press Advise block size.")
 
     def update_run(self, run: Optional[RunRecord], ar_run: Optional[RunRecord] = None) -> None:
         """The calibration plot from the run's rounds (those that carry confidences), and the depth
         plots from its rounds and the AR run's steps."""
+        self.trees.update_run(run)
         points = calibration(run.rounds) if run is not None else []
         self.cal_curve.setData([p for p, _, _ in points], [a for _, a, _ in points])
         rounds = run.rounds if run is not None else []

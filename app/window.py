@@ -39,6 +39,7 @@ from app.run_controller import RunController
 from app.run_record import RunRecord
 from app.settings import AppSettings, load_settings, save_settings, settings_path
 from app.status_line import MessageBar, StatusLine, trace_device
+from app.tree_view import TreeView
 from app.why_view import WhyView
 
 log = logging.getLogger("app.window")
@@ -100,8 +101,9 @@ class MainWindow(QMainWindow):
 
         self.output, self.parity_view, self.why_view = OutputView(), ParityView(), WhyView()
         self.selector_view, self.race_view, self.center_tabs = SelectorView(), RaceView(), QTabWidget()
-        for view, name in zip((self.output, self.parity_view, self.why_view, self.selector_view, self.race_view),
-                              ("Output", "Parity", "Why", "Selector", "Race")):
+        self.tree_view = TreeView()  # after Race: a saved tab index still opens the tab it did
+        for view, name in zip((self.output, self.parity_view, self.why_view, self.selector_view, self.race_view,
+                               self.tree_view), ("Output", "Parity", "Why", "Selector", "Race", "Tree")):
             self.center_tabs.addTab(view, name)
         self.legend = token_legend()
         top = QWidget()
@@ -228,6 +230,7 @@ class MainWindow(QMainWindow):
         self.center_tabs.setTabText(1, "Parity")
         self.plots.clear_plots()
         self.why_view.clear()
+        self.tree_view.clear()
         self.selector_view.clear()  # the race table stays: the last race's figures until the next race
         self.update_status()
 

@@ -86,3 +86,14 @@ def make_trainer(target_dir, corpus_dir, out, settings):
     pair = load_pair(target_dir, None)
     tokens = token_stream(pair.tokenizer, read_texts([str(corpus_dir)]), pair.tokenizer.eos_token_id)
     return DrafterTrainer(pair, tokens, out, settings)
+
+
+def prefilled(model, prompt):
+    """A fresh cache of `model` with `prompt` run through it (a target's state before a verify)."""
+    import mlx.core as mx
+
+    from engine.models.target import make_target_cache
+
+    cache = make_target_cache(model)
+    mx.eval(model(mx.array(prompt)[None], cache=cache))
+    return cache

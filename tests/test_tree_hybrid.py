@@ -25,10 +25,7 @@ from fixtures.tiny_models import build_target_model
 from kernels.gated_delta_ref import gated_delta_tape_ref, tape_replay_ref
 from kernels.gated_delta_tree import gated_delta_tree, gated_delta_tree_ref
 
-from conftest import PROMPTS
-from helpers import run
-from test_parity import assert_lossless
-from test_tree_verify import _prefilled
+from helpers import PROMPTS, assert_lossless, prefilled, run
 
 VOCAB = 96
 
@@ -118,7 +115,7 @@ def _check_tree_verify(model, rng):
     """One random tree over a random prompt: logits per node as a causal pass over its path; after
     compact, the caches those of a causal pass over the accepted tokens."""
     prompt = rng.integers(VOCAB, size=int(rng.integers(2, 9))).tolist()
-    cache, tree = _prefilled(model, prompt), _random_tree(rng)
+    cache, tree = prefilled(model, prompt), _random_tree(rng)
     logits = np.array(tree_forward(model, cache, tree))
     for leaf in sorted(set(range(len(tree))) - set(tree.parents.tolist())):
         path = tree.path_to(leaf)
@@ -169,7 +166,7 @@ def test_flat_rows_instead_of_ancestors_fail(broken, monkeypatch):
 
 def test_a_commit_without_the_tree_tape_is_refused():
     model = _model("qwen3_next")
-    cache = _prefilled(model, [3, 4, 5])
+    cache = prefilled(model, [3, 4, 5])
     tree = build_tree(1, np.array([[2, 3]]), np.log(np.array([[0.6, 0.3]])), 2)
     mx.eval(tree_forward(model, cache, tree))
     compact(model, cache, 3, [0, 2])

@@ -14,6 +14,7 @@ from engine.errors import DFlashError
 from engine.models.kernel_dispatch import install_kernels
 from engine.models.target import load_target, make_target_cache
 from fixtures import tiny_models as tm
+from helpers import prefilled
 from kernels import verify_attention as va
 
 FAMILIES = ["qwen3", "llama", "mistral", "gemma3_text"]  # mistral, gemma3: sliding-window layers (8)
@@ -30,12 +31,6 @@ def targets(models_root, tokenizer_dir):
         install_kernels(model, mx.cpu)
         models[family] = model
     return models
-
-
-def _prefilled(model, prompt):
-    cache = make_target_cache(model)
-    mx.eval(model(mx.array(prompt)[None], cache=cache))
-    return cache
 
 
 def _causal_logits(model, tokens):
@@ -58,7 +53,7 @@ def test_each_node_gets_the_logits_of_its_own_path(targets, family, host, monkey
     rng = np.random.default_rng(len(family) + host)
     for trial in range(3):
         prompt = rng.integers(vocab, size=int(rng.integers(3, 14))).tolist()  # past the window of 8, and not
-        cache = _prefilled(model, prompt)
+        cache = prefilled(model, prompt)
         tree = _random_tree(rng, vocab, budget=int(rng.integers(6, 20)))
         logits = np.array(tree_forward(model, cache, tree))
         assert logits.shape[0] == len(tree) and cache[0].offset == len(prompt) + len(tree)
@@ -83,7 +78,7 @@ def test_a_tree_is_not_a_chain_to_the_target(targets):
     rng = np.random.default_rng(5)
     prompt = rng.integers(model.args.vocab_size, size=6).tolist()
     tree = _random_tree(rng, model.args.vocab_size, 12)
-    logits = np.array(tree_forward(model, _prefilled(model, prompt), tree))
+    logits = np.array(tree_forward(model, prefilled(model, prompt), tree))
     flat = _causal_logits(model, prompt + tree.tokens.tolist())[len(prompt):]
     branched = [i for i in range(len(tree)) if tree.path_to(i) != list(range(i + 1))]
     assert branched and not np.allclose(logits[branched], flat[branched], atol=1e-3)
@@ -113,10 +108,10 @@ def test_rounds_of_tree_verify_give_ar_tokens_at_t0(targets, family, monkeypatch
     vocab = model.args.vocab_size
     rng = np.random.default_rng(11)
     prompt = rng.integers(vocab, size=9).tolist()
-    ar_cache, ar = _prefilled(model, prompt[:-1]), [prompt[-1]]
+    ar_cache, ar = prefilled(model, prompt[:-1]), [prompt[-1]]
     for _ in range(40):
         ar.append(int(mx.argmax(model(mx.array([[ar[-1]]]), cache=ar_cache)[0, -1]).item()))
-    cache, out, took_second = _prefilled(model, prompt[:-1]), [prompt[-1]], 0
+    cache, out, took_second = prefilled(model, prompt[:-1]), [prompt[-1]], 0
     while len(out) < len(ar):
         want = ar[len(out):len(out) + 6]
         ids = np.stack([rng.choice(np.setdiff1d(np.arange(vocab), [t]), size=3, replace=False) for t in want])

@@ -9,6 +9,7 @@ from PySide6.QtGui import QTextCursor
 
 from engine.decode.events import PrefillEvent, RoundEvent, SummaryEvent
 from engine.decode.generate import generate
+from engine.decode.tree_stats import tree_nodes
 from engine.decode.settings import GenerationSettings
 from engine.tools.parity import first_divergence
 from app import theme
@@ -85,13 +86,17 @@ def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_di
     run_and_wait(qtbot, w)
     pair = load_pair(*qwen3_tied_dirs)
     ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
-    events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4, lookup=True)))  # the window's default
+    events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4, lookup=True,
+                                                    tree_auto=True)))  # the window's defaults
     summary = events[-1]
     assert isinstance(summary, SummaryEvent)
     assert w.rounds_run.token_ids() == summary.token_ids
     assert [(r.accepted, r.source) for r in w.rounds_run.rounds] == [
         (e.accepted, e.source) for e in events if isinstance(e, RoundEvent)]
-    assert all(len(r.drafted) <= 3 for r in w.rounds_run.rounds if r.source == "drafter")
+    # the block size reached the run: a chain drafts 3, a tree's drafter nodes are 3 deep at most (a copy
+    # grafted into the tree can run deeper)
+    assert all(len(r.drafted) <= 3 for r in w.rounds_run.rounds if r.source == "drafter" and not r.tree_parents)
+    assert all(n["depth"] <= 3 for r in w.rounds_run.rounds for n in tree_nodes(r) if not n["copy"])
 
 
 def test_round_selection_and_token_clicks_are_linked(qtbot, make_window, alternating_dirs):
@@ -313,7 +318,8 @@ def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen
     run_and_wait(qtbot, w)
     assert w.errors == [] and w.parity_view.result.identical
     rounds = w.rounds_run.rounds
-    assert rounds and all(r.verified == len(r.drafted) + 1 for r in rounds)
+    # a chain's round verifies its drafts and the anchor; a tree's (auto tree, the default) its nodes
+    assert rounds and all(r.verified == (len(r.tree_parents) or len(r.drafted) + 1) for r in rounds)
     # what auto picks depends on this machine's timings: a round that drafted names its verified
     # positions, a plain step says it is one
     drafted = [r for r in rounds if r.drafted]

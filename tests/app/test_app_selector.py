@@ -32,7 +32,8 @@ def _double_click_row(qtbot, view, row: int) -> None:
 
 def test_a_dflash2_round_lists_its_candidates_and_the_targets_rank(qtbot, make_window, dflash2_dirs):
     w = make_window()
-    choose(w, dflash2_dirs, PROMPTS[0], max_tokens=32, block_size=6, block_auto=False)
+    # a chain: a tree round's double-click opens the Tree tab
+    choose(w, dflash2_dirs, PROMPTS[0], max_tokens=32, block_size=6, block_auto=False, tree_auto=False)
     run_and_wait(qtbot, w)
     assert w.errors == []
     assert "DFlash2 drafter" in w.models.status.text()  # the loaded pair names its drafter's generation
@@ -90,7 +91,7 @@ def test_the_selector_plots_hold_the_runs_stats(qtbot, make_window, dflash2_dirs
 
 def test_v1_runs_and_old_traces_show_the_empty_state(qtbot, make_window, alternating_dirs, tmp_path):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4, block_auto=False)
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=12, block_size=4, block_auto=False, tree_auto=False)
     run_and_wait(qtbot, w)
     view = w.selector_view
     assert view.empty.text() == V1 and not view.empty.isHidden() and view.body.isHidden()

@@ -11,7 +11,8 @@ from window_helpers import choose, run_and_wait
 
 def test_advise_fills_the_why_tab_from_the_run(qtbot, make_window, alternating_dirs):
     w = make_window()
-    choose(w, alternating_dirs, PROMPTS[0], max_tokens=24, block_size=4, block_auto=False)
+    # the chain: the advisor prices chains, and the oracle's one draft a round is a chain's count
+    choose(w, alternating_dirs, PROMPTS[0], max_tokens=24, block_size=4, block_auto=False, tree_auto=False)
     run_and_wait(qtbot, w)
     assert w.errors == []
     x, y = w.why_view.cal_curve.getData()
