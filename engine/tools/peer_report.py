@@ -68,6 +68,11 @@ def format_table(ours: dict, peers: dict[str, dict], prompts: list[str]) -> str:
     mine = ours.get("per_prompt", [])
     for i, text in enumerate(prompts):
         ours_tok_s = mine[i]["dflash_tok_s"] if i < len(mine) else None
+        label = " ".join(text.split())[:28]
+        runs_here = [peers[n]["per_prompt"][i] for n in names if i < len(peers[n]["per_prompt"])]
+        if any(run and "error" not in run and run["tokens"] <= run["runs"] for run in runs_here):
+            lines.append(f"{label:<28} ended at its first token: nothing to time")  # (ours read 66,666 tok/s)
+            continue
         cells = []
         for n in names:
             runs = peers[n]["per_prompt"]
@@ -77,7 +82,6 @@ def format_table(ours: dict, peers: dict[str, dict], prompts: list[str]) -> str:
             else:
                 mark = " " if run["identical"] == run["runs"] else "!"  # an output was not AR's
                 cells.append(f" {_num(run['tok_s']):>8} {_ratio(ours_tok_s, run['tok_s']):>7}{mark}")
-        label = " ".join(text.split())[:28]
         lines.append(f"{label:<28} {_num(ours_tok_s):>7}" + "".join(cells))
     cells = [f" {_num(p['overall'] and p['overall']['tok_s']):>8} "
              f"{_ratio(ours.get('dflash_tok_s'), p['overall'] and p['overall']['tok_s']):>7} " for p in peers.values()]
