@@ -51,7 +51,7 @@ class AppSettings:
     block_auto: bool = AUTO_BY_DEFAULT  # --block-size auto: the verify length chosen each round
     lookup: bool = LOOKUP_BY_DEFAULT  # --lookup: rounds verify a copy of the context where the text repeats it
     tree: int = 0  # --tree N: draft nodes a round verifies (0: the chain), where tree_auto is off
-    tree_auto: bool = TREE_BY_DEFAULT == "auto"  # --tree auto, the command line's default
+    tree_auto: bool = TREE_BY_DEFAULT == "auto"  # --tree auto (off, as on the command line: the chain)
     draft_window: int = DEFAULTS.draft_window  # 0: the drafter's whole context
     draft_sink: int = DEFAULTS.draft_sink
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry()

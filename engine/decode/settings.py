@@ -39,10 +39,10 @@ AUTO_BY_DEFAULT = True
 # Why it is on by default: docs/performance.md, "Copy lookup (the default)".
 LOOKUP_BY_DEFAULT = True
 # Draft trees (--tree N: a budget of N draft nodes, several continuations verified in one forward;
-# engine/decode/tree/). 0 is the chain. What the command line runs when --tree is not given: auto,
-# each round a tree or the chain by the cost curve and this run's acceptance (why: docs/performance.md,
-# "Draft trees"). GenerationSettings itself keeps the chain (tree=0): code that builds settings says.
-TREE_BY_DEFAULT = "auto"
+# engine/decode/tree/). 0 is the chain, what a run verifies when --tree is not given: on a quiet CPU
+# --tree auto lost to it with the v1 demo drafter and gained little with DFlash2 (docs/performance.md,
+# "Draft trees"), so trees are asked for (--tree N or auto). GenerationSettings keeps tree=0 too.
+TREE_BY_DEFAULT = 0
 MAX_TREE = 64  # draft nodes a round verifies at most (the verify's rows less the anchor)
 
 

@@ -10,7 +10,7 @@ from PySide6.QtGui import QTextCursor
 from engine.decode.events import PrefillEvent, RoundEvent, SummaryEvent
 from engine.decode.generate import generate
 from engine.decode.tree_stats import tree_nodes
-from engine.decode.settings import GenerationSettings
+from engine.decode.settings import DEFAULTS, GenerationSettings
 from engine.tools.parity import first_divergence
 from app import theme
 from engine.decode.prompts import encode_prompt
@@ -87,7 +87,7 @@ def test_run_matches_an_independent_engine_run(qtbot, make_window, qwen3_tied_di
     pair = load_pair(*qwen3_tied_dirs)
     ids = encode_prompt(pair.tokenizer, PROMPTS[1], chat=False)
     events = list(generate(pair, ids, GenerationSettings(max_tokens=24, block_size=4, lookup=True,
-                                                    tree_auto=True)))  # the window's defaults
+                                                    tree_auto=DEFAULTS.tree_auto)))  # the window's defaults
     summary = events[-1]
     assert isinstance(summary, SummaryEvent)
     assert w.rounds_run.token_ids() == summary.token_ids
@@ -318,7 +318,7 @@ def test_auto_verify_length_from_the_window_is_lossless(qtbot, make_window, qwen
     run_and_wait(qtbot, w)
     assert w.errors == [] and w.parity_view.result.identical
     rounds = w.rounds_run.rounds
-    # a chain's round verifies its drafts and the anchor; a tree's (auto tree, the default) its nodes
+    # a chain's round verifies its drafts and the anchor; a tree's (auto tree, when on) its nodes
     assert rounds and all(r.verified == (len(r.tree_parents) or len(r.drafted) + 1) for r in rounds)
     # what auto picks depends on this machine's timings: a round that drafted names its verified
     # positions, a plain step says it is one

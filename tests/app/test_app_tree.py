@@ -33,8 +33,9 @@ def _tree_run(qtbot, w, dirs, prompt, **settings):
 def test_the_tree_setting_is_the_command_lines_default_reaches_the_run_and_persists(qtbot, make_window,
                                                                                       qwen3_tied_dirs):
     w = make_window()
-    assert w.prompt.tree_auto.isChecked() == (TREE_BY_DEFAULT == "auto") and w.prompt.settings().tree_auto
-    assert not w.prompt.tree.isEnabled()  # auto sizes the tree: no budget to give
+    default_auto = TREE_BY_DEFAULT == "auto"
+    assert w.prompt.tree_auto.isChecked() == default_auto and w.prompt.settings().tree_auto == default_auto
+    assert w.prompt.tree.isEnabled() != default_auto  # auto sizes the tree: no budget to give
     rounds = _tree_run(qtbot, w, qwen3_tied_dirs, PROMPTS[0], max_tokens=24, block_size=4, tree_auto=False, tree=5)
     trees = [r for r in rounds if r.tree_parents]
     assert trees and all(1 < len(r.tree_parents) <= 6 for r in trees)  # 5 draft nodes and the anchor at most
