@@ -25,7 +25,7 @@ KEY_ENV = "DFLASH_API_KEY"
 
 
 def add_parser(sub) -> None:
-    from engine.tools.cli_parser import add_model_args, block_size_arg
+    from engine.tools.cli_parser import add_model_args, add_tree_arg, block_size_arg
 
     s = sub.add_parser("serve", help="serve the pair to OpenAI- and Anthropic-compatible clients over HTTP")
     add_model_args(s)
@@ -40,9 +40,7 @@ def add_parser(sub) -> None:
                    help="as generate's (default auto: each round verifies as many drafts as pay off)")
     s.add_argument("--lookup", action=argparse.BooleanOptionalAction, default=LOOKUP_BY_DEFAULT,
                    help="DFlash rounds verify a copied span of the context where the text repeats (default on)")
-    s.add_argument("--tree", type=block_size_arg, metavar="N|auto", default=None,
-                   help="as generate's: DFlash rounds verify a draft tree of N draft nodes; auto (the default) sizes "
-                        "each round's tree by the cost curve, the chain where a tree does not pay; 0: the chain")
+    add_tree_arg(s)
     s.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help=f"tokens a request that sets none may generate (default {DEFAULT_MAX_TOKENS}, within the context)")
     s.add_argument("--max-queue", type=int, default=DEFAULT_QUEUE,

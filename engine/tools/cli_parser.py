@@ -81,12 +81,17 @@ def _add_block_and_rollback(p: argparse.ArgumentParser) -> None:
                         "the text being written repeats earlier text"
                         f"{' (the default; --no-lookup: the drafter alone)' if LOOKUP_BY_DEFAULT else ''}; "
                         "generate --mode lookup, bench --methods lookup: copies alone, no drafter")
-    p.add_argument("--tree", type=block_size_arg, metavar="N|auto", default=None,  # None: not given
+    add_tree_arg(p, "; bench --methods dflash-tree: the tree beside the chain")
+
+
+def add_tree_arg(p: argparse.ArgumentParser, more: str = "") -> None:
+    """--tree, for the run commands and serve (None when not given: the default, for DFlash runs)."""
+    p.add_argument("--tree", type=block_size_arg, metavar="N|auto", default=None,
                    help=f"DFlash rounds verify a draft tree of N draft nodes (1..{MAX_TREE}) in one forward: the "
                         "drafter's second choices beside its chain, the longest path the target agrees with "
                         "committed; auto: each round's tree sized by the cost curve, the chain where a tree does "
-                        f"not pay; 0: the chain (default {'auto' if TREE_BY_DEFAULT == 'auto' else TREE_BY_DEFAULT}); "
-                        "bench --methods dflash-tree: the tree beside the chain")
+                        f"not pay; 0: the chain (default {'auto' if TREE_BY_DEFAULT == 'auto' else TREE_BY_DEFAULT})"
+                        + more)
 
 
 def _add_draft_context(p: argparse.ArgumentParser) -> None:
