@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Optional
 
 from engine.errors import DFlashError
+from engine.tools import peer_driver
 from engine.tools.peer_report import fastest, format_table, peer_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("peer_driver.py")
-# name -> the module it needs in the peer venv
-PEERS = {"zlab": "dflash", "dflash-mlx": "dflash_mlx", "dflash-mlx-ddtree": "dflash_mlx", "dspark": "mlx_dspark",
-         "dspark-fp": "mlx_dspark"}
+# name -> the module it needs in the peer venv (the driver's own table; importing it loads no peer)
+PEERS = {name: module for name, (_, module) in peer_driver.PEERS.items()}
 DEFAULT_PEERS = ["zlab", "dflash-mlx", "dflash-mlx-ddtree", "dspark"]  # each at its own defaults
 INSTALL = {"dflash": "dflash==0.1.0", "dflash_mlx": "dflash-mlx==0.1.8", "mlx_dspark": "mlx-dspark==0.20.3",
            "mlx_lm": "mlx-lm"}

@@ -1,6 +1,6 @@
 """One peer runtime over token-id prompts, run by the peer venv's python as a script
-(engine/tools/peer_bench.py starts it): never imported by our process, so nothing but the standard
-library at the top, and the peer's package only inside its runner.
+(engine/tools/peer_bench.py starts it, and reads its PEERS table): nothing but the standard library at
+the top, and the peer's package only inside its runner, so our process never imports a peer.
 
 Reads a JSON spec on stdin ({"peer", "target", "drafter", "prompts": [[ids]], "max_tokens", "repeats"})
 and writes JSON lines: {"loaded": ...} once, then per prompt and repeat {"prompt": i, "repeat": r,
