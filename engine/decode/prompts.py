@@ -13,6 +13,7 @@ only (a JSON list of messages, the server's chat endpoints, --chat), so a plain 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -33,14 +34,19 @@ class NoChatTemplate(SettingsError):
 def conversation_template(tokenizer) -> Optional[str]:
     """The conversation template in the folder the tokenizer was loaded from, or None."""
     path = Path(str(tokenizer.name_or_path)) / CONVERSATION_TEMPLATE
-    if not path.is_file() or path.stat().st_size > MAX_TEMPLATE_BYTES:
+    try:
+        st = path.stat()
+    except OSError:
         return None
-    return path.read_text(encoding="utf-8")
+    if not path.is_file() or st.st_size > MAX_TEMPLATE_BYTES:
+        return None
+    return _template_text(str(path), st.st_mtime_ns, st.st_size)
 
 
-def has_conversation_layout(tokenizer) -> bool:
-    """Whether a conversation can be written as this model's text (a chat or conversation template)."""
-    return bool(tokenizer.has_chat_template) or conversation_template(tokenizer) is not None
+@functools.lru_cache(maxsize=16)
+def _template_text(path: str, mtime_ns: int, size: int) -> str:
+    """A template file's text, read once per version of the file (a server asks for it every request)."""
+    return Path(path).read_text(encoding="utf-8")
 
 
 # How a prompt is encoded, by name (CLI flags, the window's Format, trace headers) -> the `chat` flag.

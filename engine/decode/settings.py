@@ -200,7 +200,7 @@ class GenerationSettings:
 
 
 
-# What a run gets when nothing is said (the command line's and the window's defaults): auto, lookup and
-# tree auto on. GenerationSettings() itself keeps them off: code that builds settings says what it wants.
+# What a run gets when nothing is said (the command line's and the window's defaults): auto and lookup on,
+# the tree as TREE_BY_DEFAULT says. GenerationSettings() keeps them off: code that builds settings says.
 DEFAULTS = GenerationSettings(auto=AUTO_BY_DEFAULT, lookup=LOOKUP_BY_DEFAULT, tree_auto=TREE_BY_DEFAULT == "auto",
                               tree=TREE_BY_DEFAULT if isinstance(TREE_BY_DEFAULT, int) else 0)

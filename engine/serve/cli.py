@@ -16,7 +16,7 @@ from typing import Optional
 
 from engine.decode.settings import AUTO_BY_DEFAULT, LOOKUP_BY_DEFAULT, GenerationSettings
 from engine.errors import DFlashError
-from engine.tools.run_flags import tree_settings
+from engine.tools.run_flags import RunFlags
 from engine.tools.unused_flags import resolved_saying
 from engine.serve.defaults import DEFAULT_HOST, DEFAULT_MAX_TOKENS, DEFAULT_PORT, DEFAULT_QUEUE, PREFIX_CAPACITY
 
@@ -60,9 +60,7 @@ def is_local(host: str) -> bool:
 
 def base_settings(args, pair) -> GenerationSettings:
     """Every request's settings before its own fields: the command's mode, block size and lookup."""
-    auto = args.block_size == "auto"
-    base = GenerationSettings(mode=args.mode, block_size=None if auto else args.block_size, auto=auto,
-                              lookup=args.lookup, diagnostics=False, **tree_settings(args.tree, args.mode))
+    base = RunFlags(block_size=args.block_size, lookup=args.lookup, tree=args.tree).settings(args.mode)
     resolved_saying(base, pair, args.tree is not None)  # refused at the start, not at the first request
     return base
 

@@ -106,6 +106,11 @@ class _OpenAI(Sampling):
         return bool(self.stream and (self.stream_options or {}).get("include_usage"))
 
 
+def joined(content) -> str:
+    """A message's content as one text: a string as it is, text parts one after another."""
+    return content if isinstance(content, str) else "".join(p.text for p in content)
+
+
 class TextPart(_Body):
     type: Literal["text"]
     text: Text
@@ -117,7 +122,7 @@ class ChatMessage(_Body):
     name: Optional[str] = None
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return joined(self.content)
 
 
 class ChatRequest(_OpenAI):
@@ -197,7 +202,7 @@ class AnthropicMessage(_Body):
     content: Union[Text, list[AnthropicText]]
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return joined(self.content)
 
 
 class MessagesRequest(Sampling):
@@ -232,6 +237,6 @@ class MessagesRequest(Sampling):
         return self.stop_sequences or []
 
     def conversation(self) -> list[dict[str, str]]:
-        system = self.system if isinstance(self.system, str) else "".join(p.text for p in self.system or [])
+        system = joined(self.system or [])
         head = [{"role": "system", "content": system}] if system else []
         return head + [{"role": m.role, "content": m.text()} for m in self.messages]
