@@ -15,11 +15,31 @@ the state after that path, as the chain's rollback does.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import mlx.core as mx
 import numpy as np
 
 from kernels.gated_delta_chunked import token_major
 from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _update_ops
+
+
+def ancestor_matrix(parents: np.ndarray) -> np.ndarray:
+    """(N, N) booleans: [i, j] when node j is node i or one of its ancestors. Built a generation at a
+    time (every node's next ancestor at once), so its host work is the tree's depth, not its size."""
+    parents = np.asarray(parents, dtype=np.int64)
+    n = len(parents)
+    late = np.flatnonzero(parents >= np.arange(n))
+    if late.size:
+        node = int(late[0])
+        raise ValueError(f"tree: node {node}'s parent {int(parents[node])} does not come before it.")
+    seen = np.zeros((n, n), dtype=bool)
+    rows, up = np.arange(n), np.arange(n)
+    while rows.size:
+        seen[rows, up] = True
+        up = parents[up]
+        rows, up = rows[up >= 0], up[up >= 0]
+    return seen
 
 
 def tree_levels(parents: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -80,13 +100,11 @@ _tree_chunk = mx.compile(lambda q, k, v, g, beta, state, seen: token_major(q, k,
 
 
 def gated_delta_tree(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array,
-                     parents: np.ndarray) -> tuple[mx.array, mx.array]:
-    """As gated_delta_tree_ref; on the CPU with one gate per head, the closed-form pass over the tree."""
+                     parents: np.ndarray, seen: Optional[mx.array] = None) -> tuple[mx.array, mx.array]:
+    """As gated_delta_tree_ref; on the CPU with one gate per head, the closed-form pass over the tree.
+    seen: ancestor_matrix(parents) as an MLX array, where the caller made it once for many layers."""
     if g.ndim == 3 and mx.default_device() == mx.cpu and len(parents) > 1:
-        tree_levels(parents)  # parents before children: the system is lower triangular
-        seen = np.eye(len(parents), dtype=bool)
-        for node, parent in enumerate(parents.tolist()):
-            if parent >= 0:
-                seen[node] |= seen[parent]
-        return _tree_chunk(q, k, v, g, beta, state, mx.array(seen))
+        if seen is None:  # ancestor_matrix checks parents come before children: the system is lower triangular
+            seen = mx.array(ancestor_matrix(parents))
+        return _tree_chunk(q, k, v, g, beta, state, seen)
     return gated_delta_tree_ref(q, k, v, g, beta, state, parents)

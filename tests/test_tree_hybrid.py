@@ -13,10 +13,11 @@ import engine.models.gdn_tape as gdn_tape
 from engine.decode.prompts import encode_prompt
 from engine.decode.settings import GenerationSettings
 from engine.decode.tree.layout import build_tree, graft
-from engine.decode.tree.verify import compact, tree_forward
+from engine.decode.tree.verify import TreeVerifier
 from engine.errors import DFlashError
 from engine.models.demo import demo_pairs, sample_prompt
 from engine.models.gdn_tape import gdn_layers, instrument
+from engine.models.gdn_tree import TreeRows, path_rows
 from engine.models.pair import load_pair
 from engine.models.target import make_target_cache
 from engine.tools.parity import run_parity
@@ -89,6 +90,25 @@ def test_the_closed_form_tree_pass_matches_the_paths_to_rounding():
     assert not mx.allclose(flat, want_y, atol=1e-3).item()
 
 
+def test_the_tree_rows_made_once_per_verify_are_each_nodes_ancestors():
+    """TreeRows (built a generation at a time) against each node's path walked one parent at a time: the
+    ancestor mask, and the conv rows at several conv widths (the conv state where a path is shorter)."""
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 9, 40):
+        for _ in range(5):
+            parents = _random_parents(rng, n)
+            rows = TreeRows(parents)
+            want = np.zeros((n, n), dtype=bool)
+            for node in range(n):
+                want[node, _path(parents, node)] = True
+            assert (rows.ancestors == want).all() and (np.array(rows.seen) == want).all()
+            for keep in (0, 1, 3, 5):
+                got = np.array(rows.conv_rows(keep))
+                assert got.tolist() == [path_rows(_path(parents, node), keep, keep + 1) for node in range(n)]
+    with pytest.raises(ValueError, match="node 2's parent 3 does not come before it"):
+        TreeRows(np.array([-1, 0, 3, 1]))
+
+
 def _model(kind: str):
     mx.random.seed(HYBRID_KINDS.index(kind))
     model = build_target_model(hybrid_config(kind, VOCAB, 0))
@@ -116,13 +136,14 @@ def _check_tree_verify(model, rng):
     compact, the caches those of a causal pass over the accepted tokens."""
     prompt = rng.integers(VOCAB, size=int(rng.integers(2, 9))).tolist()
     cache, tree = prefilled(model, prompt), _random_tree(rng)
-    logits = np.array(tree_forward(model, cache, tree))
+    verifier = TreeVerifier(model, cache)
+    logits = np.array(verifier.forward(tree))
     for leaf in sorted(set(range(len(tree))) - set(tree.parents.tolist())):
         path = tree.path_to(leaf)
         want, _ = _causal(model, prompt + tree.tokens[path].tolist())
         np.testing.assert_allclose(logits[path], want[len(prompt):], atol=2e-4, rtol=1e-4)
     path = tree.path_to(int(rng.integers(len(tree))))
-    compact(model, cache, len(prompt), path)
+    verifier.compact(len(prompt), path)
     _, want = _causal(model, prompt + tree.tokens[path].tolist())
     for i, _ in gdn_layers(model):
         for got, ref in zip(cache[i].cache, want[i].cache):
@@ -137,7 +158,7 @@ def _check_tree_verify(model, rng):
 @pytest.mark.parametrize("kind", HYBRID_KINDS)
 def test_tree_verify_is_a_causal_pass_per_path_and_commits_the_accepted_one(kind, impl, monkeypatch):
     if impl == "reference":
-        monkeypatch.setattr(gdn_tape, "gated_delta_tree", gated_delta_tree_ref)
+        monkeypatch.setattr(gdn_tape, "gated_delta_tree", lambda *a: gated_delta_tree_ref(*a[:-1]))  # no mask
     model, rng = _model(kind), np.random.default_rng(HYBRID_KINDS.index(kind))
     for _ in range(4):
         _check_tree_verify(model, rng)
@@ -153,11 +174,12 @@ def test_flat_rows_instead_of_ancestors_fail(broken, monkeypatch):
         real = tree_verify.commit_path
         monkeypatch.setattr(tree_verify, "commit_path", lambda caches, path: real(caches, list(range(len(path)))))
     elif broken == "recurrence":
-        real = gdn_tape.gated_delta_tree
-        monkeypatch.setattr(gdn_tape, "gated_delta_tree", lambda *a: real(*a[:-1], chain(a[-1])))
+        real = gdn_tape.gated_delta_tree  # (..., parents, seen): the flat parents and their mask
+        monkeypatch.setattr(gdn_tape, "gated_delta_tree", lambda *a: real(*a[:-2], chain(a[-2])))
     else:
         real = gdn_tape.conv_windows
-        monkeypatch.setattr(gdn_tape, "conv_windows", lambda conv, x, parents, keep: real(conv, x, chain(parents), keep))
+        monkeypatch.setattr(gdn_tape, "conv_windows",
+                            lambda conv, x, tree, keep: real(conv, x, TreeRows(chain(tree.parents)), keep))
     model, rng = _model("qwen3_5"), np.random.default_rng(0)
     with pytest.raises(AssertionError):
         for _ in range(4):
@@ -168,10 +190,11 @@ def test_a_commit_without_the_tree_tape_is_refused():
     model = _model("qwen3_next")
     cache = prefilled(model, [3, 4, 5])
     tree = build_tree(1, np.array([[2, 3]]), np.log(np.array([[0.6, 0.3]])), 2)
-    mx.eval(tree_forward(model, cache, tree))
-    compact(model, cache, 3, [0, 2])
+    verifier = TreeVerifier(model, cache)
+    mx.eval(verifier.forward(tree))
+    verifier.compact(3, [0, 2])
     with pytest.raises(DFlashError, match="without recording its tree tape"):
-        compact(model, cache, 3, [0])
+        verifier.compact(3, [0])
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.decode.tree.layout import COPY_RANK, attention_mask, build_tree, chain_tree, graft, ranked_candidates
+from engine.decode.tree.layout import COPY_RANK, attention_mask, build_tree, graft, ranked_candidates
 from engine.decode.tree.walk import greedy_walk
 
 
@@ -44,16 +44,6 @@ def test_the_tree_holds_the_best_scoring_prefixes(seed, budget):
         assert [tree.ranks[s] for s in siblings] == sorted(tree.ranks[s] for s in siblings)
 
 
-def test_a_seeded_chain_is_in_the_tree_whatever_the_scores():
-    ids = np.arange(12).reshape(4, 3)
-    logq = np.log(np.array([[0.4, 0.39, 0.2]] * 4))  # second choices score above the chain's deep nodes
-    plain = build_tree(100, ids, logq, 4)
-    assert _rank_paths(plain)[1:] != [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)]
-    seeded = build_tree(100, ids, logq, 6, chain=4)
-    assert seeded.tokens[1:5].tolist() == [0, 3, 6, 9] and len(seeded) == 7
-    assert build_tree(100, ids, logq, 4, chain=4).tokens.tolist() == chain_tree(100, [0, 3, 6, 9]).tokens.tolist()
-
-
 def test_impossible_candidates_are_never_taken():
     ids = np.array([[1, 2, 3], [4, 5, 6]])
     logq = np.array([[-0.1, -2.0, -np.inf], [-0.5, -np.inf, -np.inf]])
@@ -64,15 +54,15 @@ def test_impossible_candidates_are_never_taken():
 def test_a_copy_follows_the_tree_where_it_matches_and_branches_where_it_does_not():
     rng = np.random.default_rng(3)
     ids, logq = _candidates(rng, 3, 2)
-    tree = build_tree(9, ids, logq, 6, chain=3)
-    chain = tree.tokens[1:4].tolist()
+    tree = build_tree(9, ids, logq, 14)  # every prefix of 3 depths of 2
+    chain = tree.tokens[tree.path_to(max(range(len(tree)), key=lambda i: tree.depths[i]))[1:]].tolist()
+    assert len(chain) == 3
     copy = chain[:2] + [999, 998]
     grown = graft(tree, copy)
     assert len(grown) == len(tree) + 2
     assert grown.tokens[grown.path_to(len(grown) - 1)].tolist() == [9] + copy
     assert grown.ranks[-2:].tolist() == [COPY_RANK, COPY_RANK] and grown.depths[-1] == 4
     assert graft(tree, chain) is tree  # already there: nothing added
-    assert len(graft(tree, copy, limit=1)) == len(tree) + 1
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -111,7 +101,8 @@ def test_the_greedy_walk_commits_the_deepest_path_the_target_agrees_with(seed):
 
 
 def test_a_chain_walk_is_the_chains_acceptance():
-    tree = chain_tree(5, [1, 2, 3])
+    tree = build_tree(5, np.array([[1], [2], [3]]), np.zeros((3, 1)), 3)  # one candidate a depth: a chain
+    assert tree.parents.tolist() == [-1, 0, 1, 2]
     assert greedy_walk(tree, [1, 2, 0, 9]) == ([0, 1, 2], 0)
     assert greedy_walk(tree, [1, 2, 3, 9]) == ([0, 1, 2, 3], 9)
     assert greedy_walk(tree, [4, 2, 3, 9]) == ([0], 4)
@@ -124,3 +115,17 @@ def test_ranked_candidates_are_each_rows_best_tokens_in_order():
     assert (ids == want).all()
     lp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
     np.testing.assert_allclose(logq, np.take_along_axis(lp, want, axis=-1), rtol=1e-5)
+
+
+def test_ranked_candidates_at_a_real_vocabulary_take_ties_by_token_id_as_argmax_does():
+    """The top k of a vocabulary's row without sorting it (top_k_indices' chunks at 4096): the order
+    of a full stable sort, so ties go to the lower token id and rank 0 is the row's argmax."""
+    rows = np.array(mx.random.normal((3, 4096), key=mx.random.key(2)))
+    rows[1, [3000, 17, 900]] = 9.0  # a three-way tie for the best
+    rows[1, 50] = 8.0
+    rows[2] = np.round(rows[2], 1)  # many ties at the second and later ranks
+    ids, logq = ranked_candidates(mx.array(rows), 4)
+    want = np.argsort(-rows, axis=-1, kind="stable")[:, :4]
+    assert (ids == want).all() and ids[1].tolist() == [17, 900, 3000, 50]
+    assert (ids[:, 0] == np.array(mx.argmax(mx.array(rows), axis=-1))).all()
+    assert (np.diff(logq, axis=-1) <= 0).all()

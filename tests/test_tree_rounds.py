@@ -233,12 +233,12 @@ def test_sampled_tree_mutations_are_caught(soft_oracle, exact_first_two, monkeyp
     """A rejected child's mass left in p, or the drafter's top-k placed as children and tested against
     q as if drawn from it: not AR's distribution."""
     from engine.decode.tree import plan, walk
-    from engine.decode.tree.layout import ranked_candidates
+    from engine.decode.tree.layout import top_candidates
 
     if mutation == "no residual":
         monkeypatch.setattr(walk, "_residual", lambda p, proposal: p)
     else:
-        monkeypatch.setattr(plan, "sampled_candidates", lambda logq, width, key: ranked_candidates(logq, width)[0])
+        monkeypatch.setattr(plan, "sampled_candidates", lambda logq, width, key: top_candidates(logq, width))
     ids, exact = exact_first_two
     runs = range(2000, 2000 + MUTATION_RUNS[mutation])
     assert_rejected(_first_two(soft_oracle, ids, runs, tree=2, block_size=4), exact)

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
+from engine.decode.drafts import Proposal
 from engine.decode.tree import walk
-from engine.decode.tree.layout import COPY_RANK, build_tree, graft, ranked_candidates
-from engine.decode.tree.walk import HostRows, build_sampled_tree, sampled_candidates, tree_rejection_sample
+from engine.decode.tree.layout import COPY_RANK, best_first, build_tree, graft, ranked_candidates
+from engine.decode.tree.plan import candidates
+from engine.decode.tree.walk import HostRows, sampled_candidates, tree_rejection_sample
 
 ALPHA = 1e-3  # false-alarm rate of each statistical test
 V, DEPTH, WIDTH, EMIT = 4, 3, 3, 2  # vocabulary, tree depth, candidates per depth, tokens compared
@@ -42,12 +44,17 @@ class NodeRows:
         return self.row(node)
 
 
+def sampled_tree(anchor, logq, width, budget, key):
+    """The tree a round at T > 0 verifies, as the planner makes it (plan.candidates, then build_tree)."""
+    return build_tree(anchor, *candidates(Proposal(mx.argmax(logq, axis=-1), logq, None), key, width), budget)
+
+
 def one_round(target, q, context, budget, copy, sampled, key, rng):
     """(tokens one round of tree verify emits after `context`, whose last token is the anchor; the
     ranks of the accepted nodes)."""
     logq = mx.log(mx.array(q))
     if sampled:
-        tree = build_sampled_tree(context[-1], logq, WIDTH, budget, key)
+        tree = sampled_tree(context[-1], logq, WIDTH, budget, key)
     else:
         tree = build_tree(context[-1], *ranked_candidates(logq, WIDTH), budget)
     if copy:
@@ -133,7 +140,7 @@ def test_sampled_candidates_are_draws_without_replacement_in_order():
     firsts, seconds = Counter(), Counter()
     for _ in range(300):
         key, sub = mx.random.split(key)
-        ids = sampled_candidates(mx.log(mx.array(np.tile(q, (20, 1)))), 2, sub)
+        ids, _ = best_first(*sampled_candidates(mx.log(mx.array(np.tile(q, (20, 1)))), 2, sub))
         assert (ids[:, 0] != ids[:, 1]).all()
         firsts.update(ids[:, 0].tolist())
         seconds.update(ids[ids[:, 0] == 0, 1].tolist())
@@ -149,6 +156,6 @@ def test_tokens_the_drafter_filtered_out_are_never_placed():
     key = mx.random.key(9)
     for _ in range(50):
         key, sub = mx.random.split(key)
-        tree = build_sampled_tree(2, logq, 3, 10, sub)
+        tree = sampled_tree(2, logq, 3, 10, sub)
         assert len(tree) == 5 and set(tree.tokens[tree.depths == 1].tolist()) == {0, 2}
         assert set(tree.tokens[tree.depths == 2].tolist()) == {3}

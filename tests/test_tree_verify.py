@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.decode.tree.layout import build_tree, graft
-from engine.decode.tree.verify import compact, tree_forward
+from engine.decode.tree.verify import TreeVerifier
 from engine.errors import DFlashError
 from engine.models.kernel_dispatch import install_kernels
 from engine.models.target import load_target, make_target_cache
@@ -54,8 +54,9 @@ def test_each_node_gets_the_logits_of_its_own_path(targets, family, host, monkey
     for trial in range(3):
         prompt = rng.integers(vocab, size=int(rng.integers(3, 14))).tolist()  # past the window of 8, and not
         cache = prefilled(model, prompt)
+        verifier = TreeVerifier(model, cache)
         tree = _random_tree(rng, vocab, budget=int(rng.integers(6, 20)))
-        logits = np.array(tree_forward(model, cache, tree))
+        logits = np.array(verifier.forward(tree))
         assert logits.shape[0] == len(tree) and cache[0].offset == len(prompt) + len(tree)
         leaves = sorted(set(range(len(tree))) - set(tree.parents.tolist()))
         for leaf in leaves:  # one causal forward per leaf covers every node on its path
@@ -64,7 +65,7 @@ def test_each_node_gets_the_logits_of_its_own_path(targets, family, host, monkey
             np.testing.assert_allclose(logits[path], want, atol=2e-4, rtol=1e-4)
         # compaction keeps one path: the next step from the cache is AR's over the accepted tokens
         path = tree.path_to(int(rng.choice(leaves)))[: int(rng.integers(1, 5))]
-        compact(model, cache, len(prompt), path)
+        verifier.compact(len(prompt), path)
         nxt = int(rng.integers(vocab))
         step = np.array(model(mx.array([[nxt]]), cache=cache)[0, -1])
         accepted = prompt + tree.tokens[path].tolist()
@@ -78,7 +79,7 @@ def test_a_tree_is_not_a_chain_to_the_target(targets):
     rng = np.random.default_rng(5)
     prompt = rng.integers(model.args.vocab_size, size=6).tolist()
     tree = _random_tree(rng, model.args.vocab_size, 12)
-    logits = np.array(tree_forward(model, prefilled(model, prompt), tree))
+    logits = np.array(TreeVerifier(model, prefilled(model, prompt)).forward(tree))
     flat = _causal_logits(model, prompt + tree.tokens.tolist())[len(prompt):]
     branched = [i for i in range(len(tree)) if tree.path_to(i) != list(range(i + 1))]
     assert branched and not np.allclose(logits[branched], flat[branched], atol=1e-3)
@@ -91,9 +92,8 @@ def test_a_quantized_cache_is_refused_clearly(targets):
     model = targets["qwen3"]
     cache = make_target_cache(model)
     cache[1] = QuantizedKVCache()
-    tree = build_tree(1, np.array([[2, 3]]), np.log(np.array([[0.6, 0.3]])), 2)
     with pytest.raises(DFlashError, match="a draft tree needs plain KV caches .*layer 1 keeps a QuantizedKVCache"):
-        tree_forward(model, cache, tree)
+        TreeVerifier(model, cache)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
@@ -112,6 +112,7 @@ def test_rounds_of_tree_verify_give_ar_tokens_at_t0(targets, family, monkeypatch
     for _ in range(40):
         ar.append(int(mx.argmax(model(mx.array([[ar[-1]]]), cache=ar_cache)[0, -1]).item()))
     cache, out, took_second = prefilled(model, prompt[:-1]), [prompt[-1]], 0
+    verifier = TreeVerifier(model, cache)  # one for the run, as the round loop makes it
     while len(out) < len(ar):
         want = ar[len(out):len(out) + 6]
         ids = np.stack([rng.choice(np.setdiff1d(np.arange(vocab), [t]), size=3, replace=False) for t in want])
@@ -121,9 +122,9 @@ def test_rounds_of_tree_verify_give_ar_tokens_at_t0(targets, family, monkeypatch
         logq = np.sort(np.log(rng.dirichlet(np.ones(6), size=len(want)))[:, :3], axis=1)[:, ::-1]
         tree = build_tree(out[-1], ids, logq, 10)
         prefix = cache[0].offset
-        logits = tree_forward(model, cache, tree)
+        logits = verifier.forward(tree)
         path, bonus = greedy_walk(tree, np.array(mx.argmax(logits, axis=-1)).tolist())
-        compact(model, cache, prefix, path)
+        verifier.compact(prefix, path)
         took_second += int((tree.ranks[path[1:]] > 0).sum())
         out += tree.tokens[path[1:]].tolist() + [bonus]
     assert out[:len(ar)] == ar and took_second > 0

@@ -29,7 +29,7 @@ from engine.decode.proposers import make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
-from engine.decode.tree.verify import compact, tree_forward
+from engine.decode.tree.verify import TreeVerifier
 from engine.decode.tree.walk import greedy_walk, leftmost_leaf, sampled_walk
 from engine.decode.verify_length import VerifyLengthController
 from engine.models.pair import LoadedPair
@@ -59,6 +59,7 @@ class SpeculativeDecoder(Decoder):
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
         self.recorder = RoundRecorder(on_host=STREAM.device == mx.cpu)
+        self.trees: Optional[TreeVerifier] = None  # --tree: made at the first tree round (after prefill)
 
     @property
     def block(self) -> int:
@@ -184,9 +185,11 @@ class SpeculativeDecoder(Decoder):
         """A round that verifies a draft tree (--tree): one forward over its nodes, the longest path
         the target agrees with committed, the cache compacted to it, the drafter given its taps."""
         rec, tree = self.recorder, proposal.tree
+        if self.trees is None:
+            self.trees = TreeVerifier(self.pair.target, self.cache)
         taps = self.taps.capture(self.keeps_taps)
         with taps:
-            logits = tree_forward(self.pair.target, self.cache, tree)
+            logits = self.trees.forward(tree)
         greedy = self.sampler.s.greedy
         choice = from_root(mx.argmax(logits, axis=-1) if greedy else logits, self.pair.ranks)
         rec.mark("built")
@@ -209,7 +212,7 @@ class SpeculativeDecoder(Decoder):
             mx.eval(queued)
             table_fields = rec.table_fields(view, rows, queued)
         rec.mark("verified")
-        compact(self.pair.target, self.cache, self.position, path)
+        self.trees.compact(self.position, path)
         rec.mark("rolled")
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)

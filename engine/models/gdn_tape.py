@@ -141,7 +141,7 @@ def taped_forward(layer: nn.Module, inputs: mx.array, cache: Any) -> mx.array:
         state = mx.zeros((B, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim), dtype=mx.float32)
 
     if tree is not None:  # the cache keeps the state before the tree until commit_path
-        out, delta = gated_delta_tree(q, k, v, g, beta, state, tree)
+        out, delta = gated_delta_tree(q, k, v, g, beta, state, tree.parents, tree.seen)
         setattr(cache, PENDING, GDNTape(state=state, conv_input=conv_input, k=k, g=g, delta=delta))
     else:
         out, new_state, delta = gated_delta_tape(q, k, v, g, beta, state)

@@ -15,6 +15,9 @@ from typing import Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
+from engine.decode.top_k import top_k_indices
+from kernels.gated_delta_tree import ancestor_matrix
+
 COPY_RANK = -1  # the rank of a node grafted from a lookup copy (not one of the drafter's candidates)
 
 
@@ -47,14 +50,7 @@ class DraftTree:
 
     def ancestors(self) -> np.ndarray:
         """(N, N) booleans: [i, j] when j is i or one of i's ancestors."""
-        n = len(self)
-        seen = np.zeros((n, n), dtype=bool)
-        for node in range(n):
-            parent = self.parents[node]
-            if parent >= 0:
-                seen[node] = seen[parent]
-            seen[node, node] = True
-        return seen
+        return ancestor_matrix(self.parents)
 
     def positions(self, prefix: int) -> np.ndarray:
         """Position ids of the nodes when the root sits at absolute position `prefix`."""
@@ -68,20 +64,11 @@ class DraftTree:
         return path[::-1]
 
 
-def chain_tree(anchor: int, drafts: Sequence[int]) -> DraftTree:
-    """Today's chain as a tree: each draft the only child of the one before."""
-    n = len(drafts) + 1
-    return DraftTree(tokens=np.array([anchor, *drafts], dtype=np.int64), parents=np.arange(-1, n - 1),
-                     depths=np.arange(n), logq=np.zeros(n, np.float32), scores=np.zeros(n, np.float32),
-                     ranks=np.zeros(n, dtype=np.int64))
-
-
-def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chain: int = 0) -> DraftTree:
+def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int) -> DraftTree:
     """Best-first tree of at most `budget` draft nodes. ids[d, r] is the drafter's rank-r token for
     depth d + 1, logq[d, r] its score (descending along r; -inf: never taken). Prefixes are scored by
     their summed logq and taken from a heap: each taken node offers its next sibling (rank r + 1 at
-    its depth) and its first child (rank 0 at the next depth). `chain` greedy nodes go in first,
-    so the tree holds that much of the chain whatever the scores."""
+    its depth) and its first child (rank 0 at the next depth)."""
     depth_max, width = ids.shape
     if logq.shape != ids.shape:
         raise ValueError(f"tree candidates: ids {ids.shape} and log-probs {logq.shape} differ in shape.")
@@ -108,11 +95,7 @@ def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chai
         return node
 
     budget = max(0, int(budget))
-    seeded = min(chain, budget, depth_max)
-    node = 0
-    for d in range(seeded):
-        node = take(d, 0, node)
-    offer(scores[node] + (rows[seeded][0] if seeded < depth_max else -math.inf), seeded, 0, node)
+    offer(rows[0][0] if depth_max else -math.inf, 0, 0, 0)
     while heap and len(tokens) - 1 < budget:
         _, _, d, r, parent = heapq.heappop(heap)
         node = take(d, r, parent)
@@ -122,17 +105,15 @@ def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chai
                      scores=np.array(scores, dtype=np.float32), ranks=np.array(ranks, dtype=np.int64))
 
 
-def graft(tree: DraftTree, copy: Sequence[int], limit: Optional[int] = None) -> DraftTree:
+def graft(tree: DraftTree, copy: Sequence[int]) -> DraftTree:
     """The tree with a lookup copy (the tokens after the anchor) inserted as a branch: it follows
-    existing nodes while their tokens match and adds the rest, at most `limit` new nodes."""
+    existing nodes while their tokens match and adds the rest."""
     index = tree.child_index()
     node, added = 0, []
     parents, depths, scores = list(tree.parents), list(tree.depths), list(tree.scores)
     for token in copy:
         found = index.get((node, int(token)))
         if found is None:
-            if limit is not None and len(added) >= limit:
-                break
             found = len(parents)
             parents.append(node)
             depths.append(depths[node] + 1)
@@ -150,28 +131,50 @@ def graft(tree: DraftTree, copy: Sequence[int], limit: Optional[int] = None) -> 
                      ranks=np.concatenate([tree.ranks, np.full(k, COPY_RANK, dtype=np.int64)]))
 
 
+def top_ids(x: mx.array, k: int) -> mx.array:
+    """Indices of each row's k largest entries in no particular order (graph only; top_k.top_k_indices,
+    so a 150k-token row is never sorted or partitioned whole); every index where k reaches the row."""
+    if k < x.shape[-1]:
+        return top_k_indices(x, k)
+    return mx.broadcast_to(mx.arange(x.shape[-1]), x.shape)
+
+
+def top_candidates(logits: mx.array, k: int) -> tuple[mx.array, mx.array]:
+    """(ids, log-probs) (D, k) of each row's k most likely tokens of a drafter's logits (D, V), in no
+    particular order (graph only: best_first orders them once evaluated)."""
+    logits = logits.astype(mx.float32)
+    idx = top_ids(logits, k)
+    return idx, mx.take_along_axis(logits, idx, axis=-1) - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def best_first(ids: mx.array, keys: mx.array) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, keys) (evaluated, D x k) as NumPy, each row by descending key; equal keys by ascending
+    token id, as argmax and a stable sort of the whole row take them (so rank 0 is the row's argmax)."""
+    ids, keys = np.array(ids, dtype=np.int64), np.array(keys, dtype=np.float64)
+    order = np.lexsort((ids, -keys), axis=-1)
+    return np.take_along_axis(ids, order, axis=-1), np.take_along_axis(keys, order, axis=-1)
+
+
 def ranked_candidates(logits: mx.array, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids, log-probs) of each row's k most likely tokens, best first, as NumPy (D, k): the input
-    build_tree takes from a drafter's per-position logits (D, V). Only D x k numbers reach the host."""
-    logits = logits.astype(mx.float32)
-    idx = mx.argpartition(-logits, kth=k - 1, axis=-1)[..., :k] if k < logits.shape[-1] else \
-        mx.broadcast_to(mx.arange(logits.shape[-1]), logits.shape)
-    vals = mx.take_along_axis(logits, idx, axis=-1) - mx.logsumexp(logits, axis=-1, keepdims=True)
-    order = mx.argsort(-vals, axis=-1)
-    idx, vals = mx.take_along_axis(idx, order, axis=-1), mx.take_along_axis(vals, order, axis=-1)
-    mx.eval(idx, vals)
-    return np.array(idx, dtype=np.int64), np.array(vals, dtype=np.float64)
+    build_tree takes from a drafter's per-position logits (D, V). Only D x k numbers reach the host.
+    (Which of several tokens tied at the k-th largest is kept is top_k_indices' choice.)"""
+    ids, logq = top_candidates(logits, k)
+    mx.eval(ids, logq)
+    return best_first(ids, logq)
 
 
-def attention_mask(tree: DraftTree, prefix: int, window: Optional[int] = None) -> mx.array:
+def attention_mask(tree: DraftTree, prefix: int, window: Optional[int] = None,
+                   seen: Optional[mx.array] = None) -> mx.array:
     """(N, prefix + N) booleans for the tree's verify: a node sees the whole context and its own
     ancestors (itself included). With a sliding `window`, also only keys less than `window`
-    positions behind it. The context part is made by MLX, not on the host."""
+    positions behind it. The context part is made by MLX, not on the host. seen: tree.ancestors()
+    as an MLX array, where the caller already has it (a verify makes it once for all its layers)."""
     n = len(tree)
-    seen = mx.array(tree.ancestors())
+    seen = mx.array(tree.ancestors()) if seen is None else seen
+    context = mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
     if window is None:
-        return mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
+        return context
     query = mx.array(tree.positions(prefix))[:, None]
     keys = mx.concatenate([mx.arange(prefix), mx.array(tree.positions(prefix))])[None, :]
-    context = mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
     return context & (query - keys < window)

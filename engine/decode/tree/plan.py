@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.decode.cost_curve_data import CostCurve
 from engine.decode.drafts import Proposal
-from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
+from engine.decode.tree.layout import DraftTree, best_first, build_tree, ranked_candidates, top_candidates
 from engine.decode.tree.walk import sampled_candidates
 
 WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
@@ -40,10 +40,11 @@ def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = 
     replacement from the distribution the drafts were sampled from (walk.sampled_candidates): what
     the rejection sampling over siblings needs to stay exact."""
     s = proposal.selection
-    if key is not None:
+    if key is not None:  # one evaluation for both: the ranked scores and the draws
         width = s.candidates.shape[-1] if s is not None else width
-        _, logq = ranked_candidates(proposal.logq, width)
-        return sampled_candidates(proposal.logq, width, key), logq
+        ranked, drawn = top_candidates(proposal.logq, width), sampled_candidates(proposal.logq, width, key)
+        mx.eval(ranked, drawn)
+        return best_first(*drawn)[0], best_first(*ranked)[1]
     if s is None:
         return ranked_candidates(proposal.logits, width)
     logq = s.scores.astype(mx.float32)

@@ -2,7 +2,7 @@
 
 mlx-lm's attention layers take their RoPE offset and their mask from the cache: `self.rope(x,
 offset=cache.offset)`, and the model's `create_attention_mask(h, cache)` asks the cache's
-`make_mask`. For one forward `tree_inputs` replaces both: each attention layer's RoPE places row i
+`make_mask`. For one forward `TreeVerifier.inputs` replaces both: each attention layer's RoPE places row i
 at the prefix plus node i's depth (the same MLX rope, one row per batch entry), and each cache's
 mask is the tree's ancestor-only one (with the layer's sliding window where it has one). Keys and
 values of all nodes enter the cache at consecutive slots; `compact` then moves the accepted path's
@@ -25,7 +25,7 @@ import mlx.nn as nn
 from engine.decode.tree.layout import DraftTree, attention_mask
 from engine.errors import DFlashError
 from engine.models.gdn_tape import gdn_layers, instrument
-from engine.models.gdn_tree import commit_path, tree_block
+from engine.models.gdn_tree import TreeRows, commit_path, tree_block
 
 
 class RowRoPE(nn.Module):
@@ -58,15 +58,6 @@ def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
     return None
 
 
-def _tree_caches(model: nn.Module, cache: list) -> tuple[list, list]:
-    """(the attention layers' KV caches, the GatedDeltaNet layers' states)."""
-    refusal = tree_cache_refusal(model, cache)
-    if refusal:
-        raise DFlashError(f"tree verify: a draft tree {refusal}.")
-    recurrent = {i for i, _ in gdn_layers(model)}
-    return ([c for i, c in enumerate(cache) if i not in recurrent], [c for i, c in enumerate(cache) if i in recurrent])
-
-
 def _rope_holders(model: nn.Module) -> list[nn.Module]:
     holders = [m for m in model.modules() if isinstance(m.get("rope") if isinstance(m, dict) else None, nn.Module)]
     if not holders:
@@ -75,55 +66,69 @@ def _rope_holders(model: nn.Module) -> list[nn.Module]:
     return holders
 
 
-@contextmanager
-def tree_inputs(model: nn.Module, cache: list, tree: DraftTree, prefix: int) -> Iterator[None]:
-    """Inside this block a forward of the tree's N tokens (batch of one) over `cache` (holding
-    `prefix` positions) gives node i the position prefix + depth and the ancestor-only mask."""
-    caches, states = _tree_caches(model, cache)
-    if states:
-        instrument(model)  # idempotent: the GatedDeltaNet layers take the tree's parents per node
-    holders = _rope_holders(model)
-    positions = mx.array(tree.positions(prefix), dtype=mx.int32)
-    n = len(tree)
+class TreeVerifier:
+    """Tree verifies of `model` over one run's `cache`: the caches are split (attention layers' KV caches,
+    GatedDeltaNet layers' states) and the modules whose RoPE places the rows found once, when it is made
+    (the run's first tree round), not every round."""
 
-    def make_mask(rows: int, return_array: bool = False, window_size: Optional[int] = None) -> mx.array:
-        if rows != n:
-            raise DFlashError(f"tree verify: a forward of {rows} rows over a tree of {n} nodes.")
-        return attention_mask(tree, prefix, window_size)
+    def __init__(self, model: nn.Module, cache: list):
+        refusal = tree_cache_refusal(model, cache)
+        if refusal:
+            raise DFlashError(f"tree verify: a draft tree {refusal}.")
+        recurrent = {i for i, _ in gdn_layers(model)}
+        self.model, self.cache = model, cache
+        self.kv = [c for i, c in enumerate(cache) if i not in recurrent]
+        self.states = [c for i, c in enumerate(cache) if i in recurrent]
+        self.holders = _rope_holders(model)
+        if self.states:
+            instrument(model)  # idempotent: the GatedDeltaNet layers take the tree's parents per node
 
-    ropes = [h.rope for h in holders]
-    try:
-        for h, rope in zip(holders, ropes):
-            h.rope = RowRoPE(rope, positions)
-        for c in caches:
-            c.make_mask = make_mask
-        with tree_block(tree.parents):
-            yield
-    finally:
-        for h, rope in zip(holders, ropes):
-            h.rope = rope
-        for c in caches:
-            c.__dict__.pop("make_mask", None)
+    @contextmanager
+    def inputs(self, tree: DraftTree, prefix: int) -> Iterator[None]:
+        """Inside this block a forward of the tree's N tokens (batch of one) over the cache (holding
+        `prefix` positions) gives node i the position prefix + depth and the ancestor-only mask. The
+        tree's ancestor mask and conv rows are made once here for every layer, each mask once per window."""
+        rows = TreeRows(tree.parents)
+        positions = mx.array(tree.positions(prefix), dtype=mx.int32)
+        n, masks = len(tree), {}
 
+        def make_mask(length: int, return_array: bool = False, window_size: Optional[int] = None) -> mx.array:
+            if length != n:
+                raise DFlashError(f"tree verify: a forward of {length} rows over a tree of {n} nodes.")
+            if window_size not in masks:
+                masks[window_size] = attention_mask(tree, prefix, window_size, rows.seen)
+            return masks[window_size]
 
-def tree_forward(model: nn.Module, cache: list, tree: DraftTree) -> mx.array:
-    """The target's logits (N, V) at every node of the tree (graph only); the cache grows by N."""
-    prefix = _tree_caches(model, cache)[0][0].offset
-    with tree_inputs(model, cache, tree, prefix):
-        return model(mx.array(tree.tokens, dtype=mx.int32)[None], cache=cache)[0]
+        ropes = [h.rope for h in self.holders]
+        try:
+            for h, rope in zip(self.holders, ropes):
+                h.rope = RowRoPE(rope, positions)
+            for c in self.kv:
+                c.make_mask = make_mask
+            with tree_block(rows):
+                yield
+        finally:
+            for h, rope in zip(self.holders, ropes):
+                h.rope = rope
+            for c in self.kv:
+                c.__dict__.pop("make_mask", None)
 
+    def forward(self, tree: DraftTree) -> mx.array:
+        """The target's logits (N, V) at every node of the tree (graph only); the cache grows by N."""
+        with self.inputs(tree, self.kv[0].offset):
+            return self.model(mx.array(tree.tokens, dtype=mx.int32)[None], cache=self.cache)[0]
 
-def compact(model: nn.Module, cache: list, prefix: int, path: list[int]) -> None:
-    """Keep the K/V rows of `path` (nodes from the root, as slots after `prefix`) at consecutive slots
-    from `prefix`, and drop the rest of the tree's rows; give each GatedDeltaNet layer the state after
-    `path` (evaluated here: the round's rollback time)."""
-    keep = mx.array([prefix + node for node in path], dtype=mx.int32)
-    end = prefix + len(path)
-    kv, states = _tree_caches(model, cache)
-    for c in kv:
-        if path != list(range(len(path))):  # a prefix of the flat order is already in place
-            c.keys[..., prefix:end, :] = mx.take(c.keys, keep, axis=2)
-            c.values[..., prefix:end, :] = mx.take(c.values, keep, axis=2)
-        c.offset = end
-    if states:
-        mx.eval(commit_path(states, path))
+    def compact(self, prefix: int, path: list[int]) -> None:
+        """Keep the K/V rows of `path` (nodes from the root, as slots after `prefix`) at consecutive slots
+        from `prefix`, and drop the rest of the tree's rows; give each GatedDeltaNet layer the state after
+        `path` (evaluated here: the round's rollback time)."""
+        keep = mx.array([prefix + node for node in path], dtype=mx.int32)
+        end = prefix + len(path)
+        in_place = path == list(range(len(path)))  # a prefix of the flat order is already in place
+        for c in self.kv:
+            if not in_place:
+                c.keys[..., prefix:end, :] = mx.take(c.keys, keep, axis=2)
+                c.values[..., prefix:end, :] = mx.take(c.values, keep, axis=2)
+            c.offset = end
+        if self.states:
+            mx.eval(commit_path(self.states, path))

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
-from engine.decode.tree.layout import COPY_RANK, DraftTree, build_tree, ranked_candidates
+from engine.decode.tree.layout import COPY_RANK, DraftTree, top_ids
 
 
 def greedy_walk(tree: DraftTree, choice: Sequence[int]) -> tuple[list[int], int]:
@@ -48,23 +48,13 @@ def leftmost_leaf(tree: DraftTree, node: int) -> int:
     return node
 
 
-def sampled_candidates(logq: mx.array, k: int, key: mx.array) -> np.ndarray:
-    """(D, k) token ids: per row, k draws without replacement from softmax(logq), in draw order
-    (the Gumbel top-k trick: the k largest of logq + Gumbel noise, descending)."""
+def sampled_candidates(logq: mx.array, k: int, key: mx.array) -> tuple[mx.array, mx.array]:
+    """(ids, keys) (D, k), graph only: per row, k draws without replacement from softmax(logq), by the
+    Gumbel top-k trick (the k largest of logq + Gumbel noise, their keys those noisy values).
+    layout.best_first puts them in draw order (descending key) once evaluated."""
     noisy = logq.astype(mx.float32) + mx.random.gumbel(logq.shape, key=key)
-    order = mx.argsort(-noisy, axis=-1)[..., :k]
-    return np.array(order, dtype=np.int64)
-
-
-def build_sampled_tree(anchor: int, logq: mx.array, width: int, budget: int, key: mx.array,
-                       chain: int = 0) -> DraftTree:
-    """A tree for T > 0 from the drafter's log-probs logq (D, V), filtered and tempered as the run
-    samples: its shape from the drafter's ranked scores (deterministic), its rank-r token at each depth
-    the r-th draw without replacement from q. Tokens q gives no mass are never placed (their ranks'
-    scores are -inf). Every node is sampled: pass `tree.ranks != COPY_RANK` as `sampled` (a graft
-    adds fixed tokens)."""
-    _, scores = ranked_candidates(logq, width)
-    return build_tree(anchor, sampled_candidates(logq, width, key), scores, budget, chain)
+    idx = top_ids(noisy, k)
+    return idx, mx.take_along_axis(noisy, idx, axis=-1)
 
 
 class HostRows:
