@@ -333,12 +333,29 @@ def test_prompts_longer_than_the_context_are_refused(qwen3_pair, qwen3_tied_dirs
     assert line.startswith("error: prompt 2 ")
 
 
-def _real_trace(qwen3_tied_dirs, path, capsys):
+@pytest.fixture(scope="module")
+def real_trace(qwen3_tied_dirs, tmp_path_factory):
+    """A real run's trace records, written once for the module's damaged copies."""
+    import contextlib
+    import io
+
     t, d = qwen3_tied_dirs
-    assert cli(["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw",
-                "--max-tokens", "16", "--trace", str(path), "--json"]) == 0
-    capsys.readouterr()
+    path = tmp_path_factory.mktemp("trace") / "good.jsonl"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli(["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw",
+                    "--max-tokens", "16", "--trace", str(path), "--json"]) == 0
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trace_window(qapp):
+    """One window for every damaged trace of the module: each must leave it usable for the next."""
+    from app.window import MainWindow
+
+    window = MainWindow(persist=False)
+    yield window
+    window.close()
+    window.deleteLater()
 
 
 HOSTILE_RECORD_VALUES = {"text": "many", "negative": -5, "list of text": ["a"], "null": None, "object": {},
@@ -347,36 +364,30 @@ HOSTILE_RECORD_VALUES = {"text": "many", "negative": -5, "list of text": ["a"], 
 
 @pytest.mark.parametrize("kind", ["header", "round", "text", "summary"])
 @pytest.mark.parametrize("bad", HOSTILE_RECORD_VALUES, ids=HOSTILE_RECORD_VALUES.keys())
-def test_a_damaged_trace_is_one_sentence_and_the_window_stays_usable(qwen3_tied_dirs, tmp_path, capsys, kind,
-                                                                     bad, qtbot):
+def test_a_damaged_trace_is_one_sentence_and_the_window_stays_usable(real_trace, trace_window, tmp_path, capsys,
+                                                                     kind, bad):
     """Every field of one record of each kind, set to a value of the wrong kind: export and the
-    window's File > Open either read it (the field was optional) or say which line is damaged."""
-    from app.window import MainWindow
-
-    records = _real_trace(qwen3_tied_dirs, tmp_path / "good.jsonl", capsys)
+    window's File > Open either read it (the field was optional) or say which line is damaged. One
+    window opens every damaged trace in turn, so each must leave it able to open the next."""
+    records, window = real_trace, trace_window
     index = next(i for i, r in enumerate(records) if r["type"] == kind)
     fields = [k for k in records[index] if k not in ("type", "schema")]
-    window = MainWindow(persist=False)
-    qtbot.addWidget(window)
-    try:
-        for field in fields:
-            damaged = [dict(r) for r in records]
-            if HOSTILE_RECORD_VALUES[bad] is ...:
-                damaged[index].pop(field)
-            else:
-                damaged[index][field] = HOSTILE_RECORD_VALUES[bad]
-            path = tmp_path / f"{kind}-{field}.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in damaged))
-            code = cli(["export", str(path), "--chrome", str(tmp_path / "out.json")])
-            err = capsys.readouterr().err.strip()
-            assert code in (0, 2) and "unexpected" not in err and "Traceback" not in err, (field, err)
-            if code == 2:
-                assert len(err.splitlines()) == 1 and str(path) in err, (field, err)
-            before = len(window.errors)
-            opened = window.open_trace(path)
-            assert opened == (len(window.errors) == before), field  # opened, or one error shown
-    finally:
-        window.close()
+    for field in fields:
+        damaged = [dict(r) for r in records]
+        if HOSTILE_RECORD_VALUES[bad] is ...:
+            damaged[index].pop(field)
+        else:
+            damaged[index][field] = HOSTILE_RECORD_VALUES[bad]
+        path = tmp_path / f"{kind}-{field}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in damaged))
+        code = cli(["export", str(path), "--chrome", str(tmp_path / "out.json")])
+        err = capsys.readouterr().err.strip()
+        assert code in (0, 2) and "unexpected" not in err and "Traceback" not in err, (field, err)
+        if code == 2:
+            assert len(err.splitlines()) == 1 and str(path) in err, (field, err)
+        before = len(window.errors)
+        opened = window.open_trace(path)
+        assert opened == (len(window.errors) == before), field  # opened, or one error shown
 
 
 def _kill_when(proc, ready, what: str, timeout: float = 120) -> None:
