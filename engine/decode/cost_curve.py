@@ -265,17 +265,25 @@ def _sound(curve: CostCurve, block: int) -> bool:
             and all(sound(p) for p in points) and all(a.depth < b.depth for a, b in zip(points, points[1:])))
 
 
-def _from_longer(pair: LoadedPair, block: int, repeats: int, window: int, sink: int,
-                 sampling: Optional[SamplingSettings]) -> Optional[CostCurve]:
-    """A cached curve of a longer block cut to `block` (cost_curve_data.shorter), else None: block 9 after 16 measured."""
+def _cached(path: Path, block: int) -> Optional[CostCurve]:
+    """The sound curve of `block` in a cache file, fitted (entries cached before the fit get it here);
+    None where there is none or it is damaged (measured again)."""
+    try:
+        data = json_text.loads(path.read_bytes()) if path.is_file() else None
+        if isinstance(data, dict) and data.get("schema") == SCHEMA and _sound(curve := _from_json(data), block):
+            return fitted(curve)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _from_longer(files: list[str], block: int) -> Optional[CostCurve]:
+    """A cached curve of a longer block cut to `block` (cost_curve_data.shorter), else None: block 9 after 16
+    measured. `files`: _key_parts."""
     for longer in range(block + 1, 65):  # up to 64, the longest verify _check allows
-        path = cache_dir() / "cost-curves" / f"{cache_key(pair, longer, repeats, window, sink, sampling)}.json"
-        try:
-            data = json_text.loads(path.read_bytes()) if path.is_file() else None
-            if isinstance(data, dict) and data.get("schema") == SCHEMA and _sound(curve := _from_json(data), longer):
-                return fitted(shorter(curve, block))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged entry is no help
+        curve = _cached(cache_dir() / "cost-curves" / f"{_hashed(files, longer)}.json", longer)
+        if curve is not None:
+            return fitted(shorter(curve, block))
     return None
 
 
@@ -288,11 +296,12 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("dflash-playground"))
 
 
-def cache_key(pair: LoadedPair, block: int, repeats: int, window: int = 0, sink: int = 0,
-              sampling: Optional[SamplingSettings] = None) -> str:
-    """Changes with the target's and the drafter's files, the block, repeats, the draft window and
-    sink, the kind of sampling, device, BLAS and MLX."""
-    parts = [str(pair.target_path.resolve()), str(block), str(repeats), mx.__version__, blas.status,
+def _key_parts(pair: LoadedPair, repeats: int, window: int, sink: int, sampling: Optional[SamplingSettings]
+               ) -> list[str]:
+    """What a cached curve's file name hashes, but the block: the target's and the drafter's files,
+    repeats, the draft window and sink, the kind of sampling, device, BLAS and MLX. Read once for every
+    block a lookup tries (a glob and a stat of both model folders)."""
+    parts = [str(pair.target_path.resolve()), str(repeats), mx.__version__, blas.status,
              str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}",
              f"sampling {sampling_kind(sampling)}"]
     with mx.stream(STREAM):
@@ -301,7 +310,11 @@ def cache_key(pair: LoadedPair, block: int, repeats: int, window: int = 0, sink:
     for f in [f for d in folders for f in sorted(d.glob("*.json")) + sorted(d.glob("*.safetensors"))]:
         st = f.stat()
         parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+    return parts
+
+
+def _hashed(parts: list[str], block: int) -> str:
+    return hashlib.sha256("|".join([parts[0], str(block), *parts[1:]]).encode()).hexdigest()[:32]
 
 
 def _from_json(data: dict) -> CostCurve:
@@ -322,7 +335,8 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
         return measure_steps(pair, block=block, repeats=repeats, window=window, sink=sink, cancel=cancel,
                              sampling=sampling, kept=kept)
 
-    key, store = cache_key(pair, block, repeats, window, sink, sampling), pair.curves
+    files = _key_parts(pair, repeats, window, sink, sampling)
+    key, store = _hashed(files, block), pair.curves
     if pair.ranks.sharded:
         # Each host keeps its own cache, and a rank that measured while another read its
         # cache would run collectives alone: every rank measures, and all use rank 0's numbers.
@@ -333,17 +347,8 @@ def cost_curve_steps(pair: LoadedPair, *, block: Optional[int] = None, repeats: 
     path = cache_dir() / "cost-curves" / f"{key}.json"
     if not fresh and str(path) in store.unwritten:
         return store.unwritten[str(path)], True
-    if not fresh and path.is_file():
-        try:
-            data = json_text.loads(path.read_bytes())
-            if isinstance(data, dict) and data.get("schema") == SCHEMA:
-                curve = _from_json(data)
-                if _sound(curve, block):
-                    return fitted(curve), True  # entries cached before the fit get it here
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged cache entry is measured again
-    if not fresh and (cut := _from_longer(pair, block, repeats, window, sink, sampling)) is not None:
-        return cut, True
+    if not fresh and (curve := _cached(path, block) or _from_longer(files, block)) is not None:
+        return curve, True
     # Stop during the measurement keeps the depths it finished: the next run goes on from them (it
     # started again from the first, and a long prompt's first run spends most of its time here)
     kept = store.stopped.setdefault(key, []) if not fresh else []
