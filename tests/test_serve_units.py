@@ -201,3 +201,26 @@ def test_call_runs_other_work_on_the_decode_thread_in_turn(qwen3_pair):
         engine.call(lambda: ran.append(1), cancelled)
     engine.close()
     assert not ran
+
+
+def test_metrics_count_drafted_and_accepted_tokens_per_position():
+    """vLLM's per-position speculative counters: a round of 3 drafts with 1 accepted, then one of 5 with
+    4 accepted; a plain step (nothing drafted) counts nowhere."""
+    import re
+
+    from engine.decode.events import RoundEvent
+    from engine.serve.metrics import Metrics
+
+    metrics = Metrics(lambda: 0, lambda: 0)
+    for drafted, accepted in ((3, 1), (5, 4), (0, 0)):
+        metrics.observe(RoundEvent(index=0, position=0, anchor=1, drafted=[7] * drafted, accepted=accepted, bonus=2,
+                                   bonus_kind="correction", committed=[2], draft_ms=0.0, verify_ms=0.0,
+                                   rollback_ms=0.0, t=0.0, generated=1))
+    text = metrics.text().decode()
+
+    def per_position(name: str) -> dict[int, float]:
+        return {int(p): float(v) for p, v in re.findall(rf'^dflash:{name}_total\{{position="(\d+)"\}} (\S+)$', text, re.M)}
+
+    assert per_position("spec_decode_num_draft_tokens_per_pos") == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1}
+    assert per_position("spec_decode_num_accepted_tokens_per_pos") == {0: 2, 1: 1, 2: 1, 3: 1, 4: 0}
+    assert re.search(r"^dflash:spec_decode_num_drafts_total 2\.0$", text, re.M)

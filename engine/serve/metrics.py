@@ -40,6 +40,8 @@ class Metrics:
         self.drafted_per_pos = Counter(f"{PREFIX}spec_decode_num_draft_tokens_per_pos",
                                        "Drafted tokens verified, by position in the draft (0 first).",
                                        ["position"], registry=r)
+        self._drafted: list = []  # children of drafted_per_pos and accepted_per_pos, by position
+        self._accepted: list = []
         self.tok_per_s = Histogram(f"{PREFIX}request_decode_tokens_per_second", "A run's decode speed.",
                                    buckets=(10, 25, 50, 100, 200, 400, 800, 1600, 3200), registry=r)
         Gauge(f"{PREFIX}num_requests_running", "Runs on the decode thread.", registry=r).set_function(running)
@@ -51,10 +53,11 @@ class Metrics:
             self.drafts.inc()
             self.draft_tokens.inc(n)
             self.accepted_tokens.inc(accepted)
+            drafted, taken = self._per_position(n)
             for pos in range(n):
-                self.drafted_per_pos.labels(str(pos)).inc()
+                drafted[pos].inc()
                 if pos < accepted:
-                    self.accepted_per_pos.labels(str(pos)).inc()
+                    taken[pos].inc()
         elif isinstance(event, NotRun) and event.cancelled:  # its client left before its turn came
             self.requests.labels("cancelled").inc()
         elif isinstance(event, SummaryEvent):
@@ -64,6 +67,15 @@ class Metrics:
             self.generation_tokens.inc(event.num_generated)
             if event.timed:
                 self.tok_per_s.observe(event.tok_per_s)
+
+    def _per_position(self, n: int) -> tuple[list, list]:
+        """The per-position counters' children for positions 0..n-1, looked up once per position a
+        server ever drafts, not once per round."""
+        while len(self._drafted) < n:
+            pos = str(len(self._drafted))
+            self._drafted.append(self.drafted_per_pos.labels(pos))
+            self._accepted.append(self.accepted_per_pos.labels(pos))
+        return self._drafted, self._accepted
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
