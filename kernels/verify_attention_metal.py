@@ -9,9 +9,10 @@ cache in tiles of 32 keys held in threadgroup memory, so each tile is read once 
 its rows; in a tile each lane scores one key against its row, the row's softmax runs online
 (running max and sum, float32), and each lane accumulates D / 32 of the output.
 
-Inputs half or bfloat16 (what a Mac runs), head dim a multiple of 32 up to 128, a causal or
-no mask. Boolean masks (a draft tree's ancestor-only mask, sliding windows) are refused and go to
-MLX's own attention: a masked kernel could not be run here, so it is not written. Nothing here has run on a Mac in this project's CI (Linux, CPU): the dispatcher
+Inputs half or bfloat16 (what a Mac runs), head dim a multiple of 32 up to 128; a causal mask, no
+mask, or a boolean (rows, keys) mask: a draft tree's ancestor-only mask (engine/decode/tree) or a
+sliding window's, read per key as the tile is scored (MASKED). Nothing here has run on a Mac in this
+project's CI (Linux, CPU): the dispatcher
 (`choose`) tries the kernel once per shape against the pure-MLX reference
 (kernels/verify_attention.py) and MLX's own attention, and uses it only when it agrees with the
 reference and is faster; otherwise, or when it fails to build, MLX's attention runs.
@@ -59,7 +60,7 @@ _SOURCE = """
     for (uint d = lane; d < D; d += 32) {
         qs[sg * D + d] = active ? static_cast<float>(q[q_off + d]) * scale[0] : 0.0f;
     }
-    uint limit = CAUSAL ? (S - L + l) : (S - 1);  // the last key this row sees
+    uint limit = CAUSAL ? (S - L + l) : (S - 1);  // the last key this row sees (MASKED: allow's row says)
 
     float m = -INFINITY;
     float total = 0.0f;
@@ -80,7 +81,8 @@ _SOURCE = """
         }
         uint key = base + lane;
         float s = -INFINITY;
-        if (key < S && key <= limit) {
+        bool seen = MASKED ? (key < S && allow[l * S + key] != 0) : (key < S && key <= limit);
+        if (seen) {
             s = 0.0f;
             for (uint d = 0; d < D; ++d) {
                 s = metal::fma(qs[sg * D + d], static_cast<float>(ks[lane * D + d]), s);
@@ -115,19 +117,21 @@ _SOURCE = """
 
 @cache
 def _kernel():
-    return mx.fast.metal_kernel(name="dflash_verify_attention", input_names=["q", "k", "v", "scale", "meta"],
+    return mx.fast.metal_kernel(name="dflash_verify_attention", input_names=["q", "k", "v", "scale", "meta", "allow"],
                                 output_names=["out"], source=_SOURCE)
 
 
 def fits(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array]) -> bool:
     """Calls the kernel can take: half or bfloat16, head dim 32..128 in steps of 32, GQA, several
-    query rows, a causal or no mask, no sinks, on a Metal GPU."""
+    query rows, a causal mask, none, or a boolean one of (rows, keys), no sinks, on a Metal GPU."""
     if sinks is not None or q.ndim != 4 or q.dtype not in (mx.float16, mx.bfloat16) or k.dtype != q.dtype:
         return False
     D = q.shape[-1]
     if D % 32 or not 32 <= D <= 128 or q.shape[1] % k.shape[1] or q.shape[2] < 2:
         return False
-    return (mask is None or mask == "causal") if isinstance(mask, (str, type(None))) else False
+    if isinstance(mask, (str, type(None))):
+        return mask is None or mask == "causal"
+    return mask.dtype == mx.bool_ and mask.shape == (q.shape[2], k.shape[2])
 
 
 def metal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Mask) -> mx.array:
@@ -137,9 +141,10 @@ def metal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: M
     rows = groups * L
     return _kernel()(
         inputs=[mx.contiguous(q), mx.contiguous(k), mx.contiguous(v), mx.array([scale], dtype=mx.float32),
-                mx.array([S], dtype=mx.uint32)],
+                mx.array([S], dtype=mx.uint32), _allow(mask)],
         template=[("T", q.dtype), ("D", D), ("G", groups), ("L", L), ("Hkv", Hkv),
-                  ("ROWS", ROWS), ("TILE", TILE), ("CAUSAL", int(mask == "causal"))],
+                  ("ROWS", ROWS), ("TILE", TILE), ("CAUSAL", int(_kind(mask) == "causal")),
+                  ("MASKED", int(_kind(mask) == "mask"))],
         grid=(B * Hkv * 32 * ROWS, -(-rows // ROWS), 1),
         threadgroup=(32 * ROWS, 1, 1),
         output_shapes=[q.shape],
@@ -147,9 +152,22 @@ def metal_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: M
     )[0]
 
 
+def _kind(mask: Mask) -> Optional[str]:
+    """None, "causal", or "mask" (a boolean array): what the kernel is built for."""
+    return mask if isinstance(mask, (str, type(None))) else "mask"
+
+
+def _allow(mask: Mask) -> mx.array:
+    """A boolean mask as the kernel reads it (uint8, row-major (rows, keys)); one unread byte otherwise."""
+    if _kind(mask) != "mask":
+        return mx.zeros((1,), dtype=mx.uint8)
+    return mx.contiguous(mask.astype(mx.uint8))
+
+
 def shape_key(q: mx.array, k: mx.array, mask: Mask) -> tuple:
-    """What decides whether the kernel pays: dtype, dims, rows, and the context in powers of two."""
-    return (str(q.dtype), q.shape[1], k.shape[1], q.shape[2], q.shape[3], k.shape[2].bit_length(), mask)
+    """What decides whether the kernel pays: dtype, dims, rows, the context in powers of two, and the
+    kind of mask (every tree of a shape shares one verdict: the kernel reads any mask the same way)."""
+    return (str(q.dtype), q.shape[1], k.shape[1], q.shape[2], q.shape[3], k.shape[2].bit_length(), _kind(mask))
 
 
 def _timed(f: Callable[[], mx.array], runs: int = 5) -> float:

@@ -119,7 +119,7 @@ def test_the_metal_path_is_used_only_for_shapes_that_pass_their_check(monkeypatc
 
     q, k, v = (a.astype(mx.float16) for a in _qkv(8, 2, 16, 300, 64))
     assert vm.fits(q, k, "causal", None) and not vm.fits(q.astype(mx.float32), k, "causal", None)
-    assert not vm.fits(q, k, mx.zeros((16, 300), dtype=mx.bool_), None) and not vm.fits(q[..., :48], k, None, None)
+    assert not vm.fits(q, k, mx.zeros((16, 299), dtype=mx.bool_), None) and not vm.fits(q[..., :48], k, None, None)
 
     def slow_stock(*args, **kwargs):
         for _ in range(20):
@@ -179,14 +179,31 @@ def test_tree_masks_give_the_reference_on_the_host_and_in_mlx(shape, seed):
         np.testing.assert_allclose(np.array(sdpa(q, k, v, object(), D**-0.5, mask)), np.array(want), atol=2e-6, rtol=1e-5)
 
 
-def test_the_metal_kernel_refuses_a_tree_mask():
-    """The Metal kernel knows causal and no mask only (it has never run on a tree): a tree's verify
-    goes to MLX's own attention, which takes boolean masks, without a shape check."""
+def test_a_tree_mask_takes_the_metal_kernel_behind_its_own_check():
+    """A tree's verify may take the Metal kernel (MASKED), once its shape passed a check with its own
+    mask, one check for every tree of that shape; the check's logic runs here with stand-ins (no Metal
+    on this machine), and a mask of the wrong shape or dtype is MLX's."""
     from kernels import verify_attention_metal as vm
 
     q, k, v = (a.astype(mx.float16) for a in _qkv(8, 2, 16, 300, 64))
     mask = _random_tree_mask(0, 284, 16)
-    assert vm.fits(q, k, "causal", None) and not vm.fits(q, k, mask, None)
-    checks = vm.ShapeChecks(check=lambda *a: pytest.fail("a tree's shape was checked"))
+    assert vm.fits(q, k, mask, None) and not vm.fits(q, k, mask[:, :-1], None)
+    assert not vm.fits(q, k, mask.astype(mx.float16), None)
+    masks = []
+    checks = vm.ShapeChecks(check=lambda q, k, v, scale, m: masks.append(m) or None)
     sdpa = vm.sdpa_with_metal(lambda *a, **kw: "stock", checks)
-    assert sdpa(q, k, v, object(), 0.125, mask) == "stock" and not checks.verdicts
+    calls = []
+    import unittest.mock
+
+    with unittest.mock.patch.object(vm, "metal_attention", lambda *a: calls.append(a[-1]) or "kernel"):
+        assert sdpa(q, k, v, object(), 0.125, mask) == "kernel"
+        other = _random_tree_mask(1, 284, 16)
+        assert sdpa(q, k, v, object(), 0.125, other) == "kernel"
+        assert sdpa(q, k, v, object(), 0.125, "causal") == "kernel"
+    assert len(masks) == 2 and masks[0] is mask and masks[1] == "causal"  # the trees' shape checked once, with its mask
+    assert set(checks.verdicts) == {vm.shape_key(q, k, mask), vm.shape_key(q, k, "causal")}
+    assert calls[1] is other  # each call's own mask reaches the kernel
+    # the check holds the kernel to the reference under the tree's mask: one that ignores it fails
+    causal = lambda q, k, v, scale, m: va.reference(q, k, v, scale, "causal")  # noqa: E731
+    assert vm.check_shape(q, k, v, 0.125, mask, kernel=causal).startswith("differs from the reference")
+    assert np.array_equal(np.array(vm._allow(mask)), np.array(mask).astype(np.uint8))
