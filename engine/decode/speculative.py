@@ -29,6 +29,7 @@ from engine.decode.proposers import make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
+from engine.decode.tree.plan import chain_taken
 from engine.decode.tree.verify import compact, tree_forward
 from engine.decode.tree.walk import greedy_walk, leftmost_leaf, sampled_walk
 from engine.decode.verify_length import VerifyLengthController
@@ -165,6 +166,7 @@ class SpeculativeDecoder(Decoder):
 
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, : accepted + 1] if taps is not None else None)
+        proposal.ms = rec.ms("start", "rolled")
         self.proposer.record(proposal, accepted)
 
         if self.verify_length is not None and proposal.source == DRAFTER:
@@ -213,11 +215,12 @@ class SpeculativeDecoder(Decoder):
         rec.mark("rolled")
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)
-        proposal.path = path
+        proposal.path, proposal.ms = path, rec.ms("start", "rolled")
         self.proposer.record(proposal, accepted)
-        if self.verify_length is not None:  # a line down a grafted copy can run past the block
-            n = min(len(drafted), self.verify_length.block - 1)
-            self.verify_length.record(n, min(accepted, n))
+        if self.verify_length is not None:  # auto's length learns the chain's acceptance where it is known
+            n, taken = chain_taken(tree, path)
+            n = min(n, self.verify_length.block - 1)  # a line down a grafted copy can run past the block
+            self.verify_length.record(n, min(taken, n))
         return rec.event(
             t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
             drafted=drafted, accepted=accepted, bonus=bonus,
