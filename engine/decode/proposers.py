@@ -180,6 +180,7 @@ class LookupThenDrafter(Proposer):
         self.took_shallow = False  # this round verifies a shallow copy
         self.deep = False  # this round had a deep copy in reach
         self.flowing = False  # the last round verified a long copy and accepted all of it
+        self.grafted: Optional[list[int]] = None  # this round's copy, grafted into its tree
         self.probe: Optional[tuple[list[int], list[int]]] = None  # plain steps: a shallow copy, what followed
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
@@ -218,7 +219,9 @@ class LookupThenDrafter(Proposer):
         """After observe(), in a round (plain steps are observed only)."""
         self.lookup.record(proposal, accepted)
         self.drafter.record(proposal, accepted)
-        self.flowing = proposal.source == LOOKUP and accepted == proposal.drafts.size > SHORT_DRAFT
+        copy = self.grafted if proposal.source == DRAFTER else proposal.drafts.tolist()
+        self.flowing = copy is not None and accepted == len(copy) > SHORT_DRAFT and (
+            proposal.source == LOOKUP or proposal.tree.tokens[proposal.path[1:]].tolist() == copy)
         if proposal.source == DRAFTER and proposal.drafts.size and not self.deep:
             self.shallow_judge.drafter_round(accepted + 1)
         elif self.took_shallow:
@@ -242,13 +245,15 @@ class LookupThenDrafter(Proposer):
         shallow = found is not None and found[0].match_depth < LONG_FROM
         considered = self.considers_copy(found)
         self.took_shallow, self.deep = False, found is not None and not shallow
+        self.grafted = None
         self.probe = None  # a round scores its own copies
         if self.deep and self.flowing:
             return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
         block = self.drafter.propose(anchor, length, position, room)
         if block.tree is not None:  # a copy is one more branch of the tree, not a rival to it
             if considered:
-                block.tree = graft(block.tree, found[0].tokens[: found[1]])
+                self.grafted = found[0].tokens[: found[1]]
+                block.tree = graft(block.tree, self.grafted)
                 block.choice = "the copy grafted into the tree as a branch"
             if shallow:  # the shallow judge scores the copy against what the tree commits
                 self.unverified_copy = found[0].tokens[: found[1]]
