@@ -7,20 +7,20 @@ chain's previous pick (the selector walks left to right), so they are exact alon
 a node off the chain is scored as if its parent were the chain's token at that depth.
 
 --tree auto keeps the chain's draft: the round drafts the positions auto verify length chose for a
-chain, so a tree costs no extra draft and is never deeper than the chain. From those candidates it
-prices every size of the best-first tree (committed tokens per ms of draft and verify, from the cost
-curve at the round's depth) against the chain itself, and verifies the better. Each node is valued
-at exp(its summed log-prob from the root), scaled by what this run accepted of such nodes: one rate
-for the chain's nodes, one for the nodes off it (second choices). Best-first insertion makes every
-prefix of the tree's nodes the best tree of that size, so each size is one cumulative sum. A tree
-of the chain's rows carries at least the chain's expected tokens; a larger one is verified only
-where the curve says its rows pay.
+chain, so a tree costs no extra draft and is never deeper than the chain. Its tree is the whole
+chain, then second choices best first (each prefix of them the best of its size), so at T = 0 it
+accepts at least what the chain would on the same drafts. Each number of second choices is priced
+(committed tokens per ms of draft and verify, from the cost curve at the round's depth) against the
+chain alone, each node valued at exp(its summed log-prob from the root) scaled by what this run
+accepted of such nodes per expected one (on the chain, off it); none is the chain.
 
-The curve does not see a tree round's host work (the candidates awaited before the verify is built,
+The curve does not see a tree round's host work (the drafts awaited before the verify is built,
 the mask, positions per row, the compaction): each kind of round's measured time over its price on
-the curve is kept (decayed), and a tree's price is scaled by the ratio of the two. Where trees stop
-being chosen, rounds skip the planning (and its wait) and verify the chain as a chain run does,
-considering a tree again every TRY_EVERY rounds.
+the curve is kept (decayed), and a tree's price is scaled by the ratio of the two. Each tree round
+is also set against the chain's round on the same drafts (read off the tree: `chain_taken`); while
+this run's tree rounds commit less per priced ms than those would have, or few planned rounds choose
+a tree, rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
+again once every TRY_EVERY rounds. docs/trees.md, "--tree auto".
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from engine.decode.cost_curve_data import CostCurve
 from engine.decode.drafts import Proposal
-from engine.decode.tree.layout import DraftTree, build_tree, ranked_candidates
+from engine.decode.tree.layout import COPY_RANK, DraftTree, build_tree, ranked_candidates
 from engine.decode.tree.walk import sampled_candidates
 
 WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
@@ -196,13 +196,15 @@ class TreePlanner:
             if self.chain_q is not None:
                 self._add(0, float(self.chain_q[:chain_drafts].sum()), len(path) - 1)
             return
-        chain = on_chain(tree)
+        chain, copied = on_chain(tree), tree.ranks == COPY_RANK  # a grafted copy is neither kind
         expected = np.exp(tree.scores.astype(np.float64))[1:]
         hit = np.zeros(len(tree), dtype=bool)
         hit[path[1:]] = True
-        for i, kind in enumerate((chain[1:], ~chain[1:])):
+        for i, kind in enumerate((chain[1:], ~(chain | copied)[1:])):
             self._add(i, float(expected[kind].sum()), float(hit[1:][kind].sum()))
-        if self.sizes_by_curve and self.at is not None:  # this tree round against the chain's on its drafts
+        # this tree round against the chain's on its drafts (with a copy grafted, a chain round might
+        # have verified the copy: no comparison)
+        if self.sizes_by_curve and self.at is not None and not copied.any():
             drafts, taken = chain_taken(tree, path)
             for i, (tokens, priced) in enumerate(((taken + 1, self.round_price(drafts + 1)),
                                                   (len(path), self.round_price(rows)))):
