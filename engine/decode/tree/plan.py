@@ -20,7 +20,8 @@ the curve is kept (decayed), and a tree's price is scaled by the ratio of the tw
 is also set against the chain's round on the same drafts (read off the tree: `chain_taken`); while
 this run's tree rounds commit less per priced ms than those would have, or few planned rounds choose
 a tree, rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
-again once every TRY_EVERY rounds. docs/trees.md, "--tree auto".
+again once every TRY_EVERY rounds (and while they plan, skip it once every TRY_EVERY rounds, so that
+chain rounds stay timed too). docs/trees.md, "--tree auto".
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's p
 # a round's measured time over its price on the curve, per kind (chain, tree): prior 1 as this many rounds
 TIME_PRIOR = 2.0
 TIME_CLAMP = (0.5, 3.0)  # one round's ratio is held to this (a first shape's warm-up, a descheduled round)
-CONSIDER_FROM = 0.2  # plan a tree while at least this share of recently planned rounds chose one...
-TRY_EVERY = 8  # ...else once every this many rounds
+CONSIDER_FROM = 0.2  # plan a tree while at least this share of recently planned rounds chose one
+TRY_EVERY = 8  # once every this many rounds, the other way (planning or not)
 
 
 def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
@@ -107,7 +108,7 @@ class TreePlanner:
         # over tree rounds, [the chain's round on the same drafts, the tree's]: decayed tokens and priced ms
         self.tokens, self.priced = [0.0, 0.0], [0.0, 0.0]
         self.planned = self.chose = 0.0  # decayed rounds planned, and of those the ones that chose a tree
-        self.since = 0  # rounds since one was last planned
+        self.since = 0  # rounds since the way not taken (planning or not) was last tried
         self.at: Optional[CostCurve] = None  # the curve at this round's depth
         self.draft_ms = 0.0  # this round's draft on it
 
@@ -121,18 +122,19 @@ class TreePlanner:
         """Before the round drafts `length` positions (the chain's): whether it plans a tree at all. A
         planned round awaits its drafts before the verify is built; one that is not verifies the chain.
         Auto plans while the trees verified have paid (`trees_pay`) and recently planned rounds chose
-        them (CONSIDER_FROM), else once every TRY_EVERY rounds."""
+        them (CONSIDER_FROM); every TRY_EVERY rounds it does the other (a chain round unplanned, or a
+        tree planned), so that both kinds of round stay timed and trees are tried again."""
         if not self.sizes_by_curve:
             return True
         self.at = self.curve.at(position)
         self.draft_ms = _draft_ms(self.at, length)
         self.chain_q = None
+        plan = self.trees_pay() and (self.chose + PRIOR) / (self.planned + PRIOR) >= CONSIDER_FROM
         self.since += 1
-        if (self.trees_pay() and (self.chose + PRIOR) / (self.planned + PRIOR) >= CONSIDER_FROM
-                or self.since >= TRY_EVERY):
+        if self.since >= TRY_EVERY:  # the other way, now and then: both kinds of round stay timed
             self.since = 0
-            return True
-        return False
+            return not plan
+        return plan
 
     def trees_pay(self) -> bool:
         """Whether this run's tree rounds committed at least as many tokens per ms as the chain's rounds
