@@ -217,8 +217,8 @@ class SpeculativeDecoder(Decoder):
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)
         proposal.path, proposal.ms = path, rec.ms("start", "rolled")
         self.proposer.record(proposal, accepted)
-        if self.verify_length is not None:  # auto's length learns the chain's acceptance where it is known
-            n, taken = chain_taken(tree, path)
+        if self.verify_length is not None:  # --tree auto drafts the chain's length: it learns the chain's
+            n, taken = chain_taken(tree, path) if self.settings.tree_auto else (len(drafted), accepted)
             n = min(n, self.verify_length.block - 1)  # a line down a grafted copy can run past the block
             self.verify_length.record(n, min(taken, n))
         return rec.event(
