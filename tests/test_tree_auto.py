@@ -63,17 +63,19 @@ def test_the_chain_where_second_choices_never_pay():
     assert _plan(planner) is None
 
 
-def test_a_tree_rounds_measured_time_prices_its_rows():
+@pytest.mark.parametrize("load", [1.0, 0.2], ids=["curve-as-measured", "curve-from-a-loaded-machine"])
+def test_a_tree_rounds_measured_time_prices_its_rows(load):
     """The same drafts and curve: a tree while tree rounds take their price's time; the chain once
-    they have taken three times it (the host work the curve does not see) and chain rounds their price."""
+    they have taken three times what chain rounds take against their price (the host work the curve
+    does not see), whether the curve's prices are this run's times or five times them."""
     planner = _planner()
     tree = _plan(planner)
     assert tree is not None
     for _ in range(20):
         planner.considers(64, DRAFTS + 1)
-        planner.record(tree, [0], DRAFTS, ms=3.0 * planner.round_price(len(tree)))
+        planner.record(tree, [0], DRAFTS, ms=3.0 * load * planner.round_price(len(tree)))
         planner.considers(64, DRAFTS + 1)
-        planner.record(None, [0], DRAFTS, ms=planner.round_price(DRAFTS + 1))
+        planner.record(None, [0], DRAFTS, ms=load * planner.round_price(DRAFTS + 1))
     assert planner.overhead(True) > 2.0 * planner.overhead(False)
     assert _plan(planner) is None
 

@@ -41,7 +41,9 @@ DECAY = 0.97  # weight of a round's evidence after each newer round (as the chai
 PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's probabilities as they are)
 # a round's measured time over its price on the curve, per kind (chain, tree): prior 1 as this many rounds
 TIME_PRIOR = 2.0
-TIME_CLAMP = (0.5, 3.0)  # one round's ratio is held to this (a first shape's warm-up, a descheduled round)
+# one round's ratio is held within this factor of both kinds' so far (a first shape's warm-up, a
+# descheduled round); not to fixed bounds: a curve measured under another load is off by a factor
+TIME_CLAMP = 3.0
 CONSIDER_FROM = 0.2  # plan a tree while at least this share of recently planned rounds chose one
 TRY_EVERY = 8  # once every this many rounds, the other way (planning or not)
 
@@ -154,9 +156,12 @@ class TreePlanner:
     def overhead(self, tree: bool) -> float:
         """A kind of round's measured time per ms of its price on the curve (decayed), its prior the
         two kinds' pooled (itself with a prior of 1): the same for both until a kind has been timed."""
-        pooled = (sum(self.ratios) + TIME_PRIOR) / (sum(self.timed_rounds) + TIME_PRIOR)
         kind = int(tree)
-        return (self.ratios[kind] + TIME_PRIOR * pooled) / (self.timed_rounds[kind] + TIME_PRIOR)
+        return (self.ratios[kind] + TIME_PRIOR * self.pooled()) / (self.timed_rounds[kind] + TIME_PRIOR)
+
+    def pooled(self) -> float:
+        """Both kinds' measured time per ms of price (decayed; prior 1)."""
+        return (sum(self.ratios) + TIME_PRIOR) / (sum(self.timed_rounds) + TIME_PRIOR)
 
     def plan(self, anchor: int, proposal: Proposal, position: int, key: Optional[mx.array] = None
              ) -> Optional[DraftTree]:
@@ -190,9 +195,9 @@ class TreePlanner:
         its measured time (draft, verify and commit), kept against its price on the curve."""
         rows = len(tree) if tree is not None else chain_drafts + 1
         if ms is not None and self.sizes_by_curve and self.at is not None:
-            kind = int(tree is not None)
-            ratio = ms / self.round_price(rows)
-            self.ratios[kind] = self.ratios[kind] * DECAY + min(max(ratio, TIME_CLAMP[0]), TIME_CLAMP[1])
+            kind, pooled = int(tree is not None), self.pooled()
+            ratio = min(max(ms / self.round_price(rows), pooled / TIME_CLAMP), pooled * TIME_CLAMP)
+            self.ratios[kind] = self.ratios[kind] * DECAY + ratio
             self.timed_rounds[kind] = self.timed_rounds[kind] * DECAY + 1.0
         if tree is None:
             if self.chain_q is not None:
