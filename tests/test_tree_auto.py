@@ -105,7 +105,7 @@ def test_rounds_stop_planning_trees_where_they_lose(trees_win):
         else:
             planned.append(None)
             planner.record(None, [0, 1, 2], DRAFTS, ms=planner.round_price(DRAFTS + 1))
-    assert planned[0] is True  # a tree tried first
+    assert planned[0] is True and planned[1] is None  # a tree tried first, then a chain round timed
     assert planner.trees_pay() is trees_win
     late = planned[2 * TRY_EVERY :]
     other = len(late) // TRY_EVERY

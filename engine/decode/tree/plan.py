@@ -46,6 +46,7 @@ TIME_PRIOR = 2.0
 TIME_CLAMP = 3.0
 CONSIDER_FROM = 0.2  # plan a tree while at least this share of recently planned rounds chose one
 TRY_EVERY = 8  # once every this many rounds, the other way (planning or not)
+MIN_TIMED = 1.5  # ...or every other round while planning, until about two chain rounds are timed
 
 
 def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
@@ -133,7 +134,9 @@ class TreePlanner:
         self.chain_q = None
         plan = self.trees_pay() and (self.chose + PRIOR) / (self.planned + PRIOR) >= CONSIDER_FROM
         self.since += 1
-        if self.since >= TRY_EVERY:  # the other way, now and then: both kinds of round stay timed
+        # the other way, now and then: both kinds of round stay timed (the chain's soon, while it has
+        # hardly been: until then a tree round's host work is measured against nothing)
+        if self.since >= (TRY_EVERY if self.timed_rounds[0] >= MIN_TIMED or not plan else 2):
             self.since = 0
             return not plan
         return plan
