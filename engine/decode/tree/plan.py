@@ -126,7 +126,8 @@ class TreePlanner:
         planned round awaits its drafts before the verify is built; one that is not verifies the chain.
         Auto plans while the trees verified have paid (`trees_pay`) and recently planned rounds chose
         them (CONSIDER_FROM); every TRY_EVERY rounds it does the other (a chain round unplanned, or a
-        tree planned), so that both kinds of round stay timed and trees are tried again."""
+        tree planned), so that both kinds of round stay timed and trees are tried again; every other
+        round while planning until about two chain rounds are timed (MIN_TIMED)."""
         if not self.sizes_by_curve:
             return True
         self.at = self.curve.at(position)
