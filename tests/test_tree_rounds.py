@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from engine.decode.events import RoundEvent, from_dict, to_dict
@@ -104,28 +103,6 @@ def test_settings_a_tree_cannot_serve_are_refused(qwen3_pair, settings, message)
 def test_other_modes_leave_the_tree_out(qwen3_pair):
     assert not GenerationSettings(mode="ar", tree=8).resolved(qwen3_pair).uses_tree
     assert not GenerationSettings(mode="lookup", tree_auto=True).resolved(qwen3_pair).uses_tree
-
-
-def test_auto_keeps_the_chain_where_second_choices_never_pay(qwen3_pair):
-    """--tree auto's pricing: with every second choice rejected so far, the chain; with them accepted
-    as often as the drafter says, a tree, on the same drafts and cost curve."""
-    import mlx.core as mx
-
-    from engine.decode.cost_curve_data import CostCurve
-    from engine.decode.drafts import Proposal
-    from engine.decode.tree.plan import TreePlanner
-
-    rng = np.random.default_rng(0)
-    logits = mx.array(rng.normal(size=(7, 50)).astype(np.float32) * 0.5)  # unsure: second choices likely
-    flat = CostCurve("t", "cpu", "none", 8, 1, ar_step_ms=1.0, verify_ms=[1.0 + 0.01 * i for i in range(8)],
-                     draft_ms=1.0, measured_at=0.0)
-    planner = TreePlanner(0, auto=True)
-    planner.price(flat)
-    tree, _ = planner.plan(1, Proposal(mx.argmax(logits, -1), None, logits), 32)
-    assert tree is not None and any(tree.ranks > 0)
-    planner.expected, planner.accepted = [10.0, 50.0], [10.0, 0.0]  # chain as predicted, no second choice
-    tree, drafts = planner.plan(1, Proposal(mx.argmax(logits, -1), None, logits), 32)
-    assert tree is None and drafts >= 1
 
 
 def test_the_command_line_takes_a_budget_or_auto(qwen3_tied_dirs, capsys):
@@ -255,28 +232,3 @@ def test_auto_where_no_tree_can_run_says_so_and_verifies_the_chain(qwen3_tied_di
     assert cli(argv) == 0
     assert "note: --tree auto verifies the chain here: a draft tree needs a block of at least 2" in \
         capsys.readouterr().err
-
-
-def test_auto_drafts_for_a_tree_only_while_tree_rounds_pay():
-    """Before drafting: a tree round (whole block, its rows) against a chain round (auto's length), each
-    by this run's tokens a round over its price on the curve; the losing kind is tried now and then."""
-    from engine.decode.cost_curve_data import CostCurve
-    from engine.decode.tree.plan import MIN_ROUNDS, TRY_EVERY, TreePlanner
-
-    curve = CostCurve("t", "cpu", "none", 16, 1, ar_step_ms=1.0, verify_ms=[1.0 + 0.25 * i for i in range(16)],
-                      draft_ms=4.0, measured_at=0.0, draft_by_length_ms=[0.25 * i for i in range(16)])
-    planner = TreePlanner(0, auto=True)
-    planner.price(curve)
-    tried = []
-    while min(planner.rounds) < MIN_ROUNDS:  # each kind tried first, in turns
-        tried.append(planner.wants_tree(64))
-        planner.counted(tried[-1], 3, 16 if tried[-1] else 6)
-    assert tried[:4] == [True, False, True, False] and len(tried) < 3 * MIN_ROUNDS
-    # as many tokens a round from 16 rows and a whole block as from 6: the chain, the tree tried now and then
-    picks = [planner.wants_tree(64) for _ in range(2 * TRY_EVERY)]
-    assert picks.count(True) == 2 and not picks[0]
-    for _ in range(30):  # tree rounds commit three times as much: the tree
-        planner.counted(True, 9, 16)
-        planner.counted(False, 3, 6)
-    picks = [planner.wants_tree(64) for _ in range(2 * TRY_EVERY)]
-    assert picks.count(False) == 2 and picks[0]

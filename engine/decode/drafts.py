@@ -28,6 +28,7 @@ class Proposal:
     # holds the drafter's whole block (the tree's candidates came from it)
     tree: Any = None
     path: Optional[list[int]] = None  # the tree's accepted nodes, set by the round loop once verified
+    ms: Optional[float] = None  # the round's measured time to its commit, set by the round loop (--tree auto)
 
 
 def propose(drafter, head, hidden: mx.array, anchor: int, sampler: Sampler) -> Proposal:

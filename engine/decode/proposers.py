@@ -31,7 +31,7 @@ class DrafterProposer(Proposer):
         self.drafter, self.head, self.sampler = pair.drafter, pair.head, sampler
         self.cache = pair.drafter.make_cache(settings.draft_window or None, settings.draft_sink)
         self.pending: list[mx.array] = []  # target taps the drafter has not seen yet
-        # --tree: each round drafts the whole block and the planner makes the tree (or keeps the chain)
+        # --tree: the planner makes a round's tree from its drafts (or keeps the chain)
         self.trees = TreePlanner(settings.tree, settings.tree_auto) if settings.uses_tree else None
         self.block = settings.block_size or pair.drafter.cfg.block_size
 
@@ -46,9 +46,9 @@ class DrafterProposer(Proposer):
         run still wants; the block's length already fits it.)"""
         if length <= 1:
             return no_drafts(self.source)
-        tree = self.trees is not None and self.trees.wants_tree(position)
-        if tree:
-            length = min(self.block, room)  # a tree's depth: the whole block
+        planned = self.trees is not None and self.trees.considers(position, length)
+        if planned and not self.trees.sizes_by_curve:
+            length = min(self.block, room)  # a fixed budget's tree: the whole block deep
         ids = mx.array([anchor] + [self.drafter.cfg.mask_token_id] * (length - 1))[None]
         pending = self.pending
         ctx = mx.concatenate(pending, axis=1) if len(pending) > 1 else (pending[0] if pending else None)
@@ -56,12 +56,9 @@ class DrafterProposer(Proposer):
         proposal = propose(self.drafter, self.head, hidden[0, 1:], anchor, self.sampler)
         mx.async_eval(proposal.drafts, proposal.logq, [c.state for c in self.cache])
         self.pending = []
-        if tree:
+        if planned:
             key = None if self.sampler.s.greedy else self.sampler.next_key()
-            proposal.tree, n = self.trees.plan(anchor, proposal, position, key)
-            if proposal.tree is None:  # --tree auto: the chain pays more this round, n drafts long
-                proposal.drafts, proposal.logits = proposal.drafts[:n], proposal.logits[:n]
-                proposal.logq = proposal.logq[:n] if proposal.logq is not None else None
+            proposal.tree = self.trees.plan(anchor, proposal, position, key)  # None: the chain pays more
         return proposal
 
     def price_copies(self, curve: CostCurve) -> None:
@@ -70,9 +67,8 @@ class DrafterProposer(Proposer):
 
     def record(self, proposal: Proposal, accepted: int) -> None:
         if self.trees is not None and proposal.source == DRAFTER and proposal.drafts.size:
-            self.trees.record(proposal.tree, proposal.path or list(range(accepted + 1)), proposal.drafts.size)
-            rows = len(proposal.tree) if proposal.tree is not None else proposal.drafts.size + 1
-            self.trees.counted(proposal.tree is not None, accepted + 1, rows)
+            self.trees.record(proposal.tree, proposal.path or list(range(accepted + 1)), proposal.drafts.size,
+                              proposal.ms)
 
     def context_width(self) -> int:
         """Context positions the drafter attended to in its last draft: its widest layer's cache."""
@@ -184,6 +180,7 @@ class LookupThenDrafter(Proposer):
         self.took_shallow = False  # this round verifies a shallow copy
         self.deep = False  # this round had a deep copy in reach
         self.flowing = False  # the last round verified a long copy and accepted all of it
+        self.grafted: Optional[list[int]] = None  # this round's copy, grafted into its tree
         self.probe: Optional[tuple[list[int], list[int]]] = None  # plain steps: a shallow copy, what followed
 
     def observe(self, committed: list[int], taps: Optional[mx.array]) -> None:
@@ -222,7 +219,9 @@ class LookupThenDrafter(Proposer):
         """After observe(), in a round (plain steps are observed only)."""
         self.lookup.record(proposal, accepted)
         self.drafter.record(proposal, accepted)
-        self.flowing = proposal.source == LOOKUP and accepted == proposal.drafts.size > SHORT_DRAFT
+        copy = self.grafted if proposal.source == DRAFTER else proposal.drafts.tolist()
+        self.flowing = copy is not None and accepted == len(copy) > SHORT_DRAFT and (
+            proposal.source == LOOKUP or proposal.tree.tokens[proposal.path[1:]].tolist() == copy)
         if proposal.source == DRAFTER and proposal.drafts.size and not self.deep:
             self.shallow_judge.drafter_round(accepted + 1)
         elif self.took_shallow:
@@ -246,14 +245,18 @@ class LookupThenDrafter(Proposer):
         shallow = found is not None and found[0].match_depth < LONG_FROM
         considered = self.considers_copy(found)
         self.took_shallow, self.deep = False, found is not None and not shallow
+        self.grafted = None
         self.probe = None  # a round scores its own copies
         if self.deep and self.flowing:
             return self.copy(found, "a copy flowing (the last one was accepted in full): not checked against a block")
         block = self.drafter.propose(anchor, length, position, room)
         if block.tree is not None:  # a copy is one more branch of the tree, not a rival to it
             if considered:
-                block.tree = graft(block.tree, found[0].tokens[: found[1]])
+                self.grafted = found[0].tokens[: found[1]]
+                block.tree = graft(block.tree, self.grafted)
                 block.choice = "the copy grafted into the tree as a branch"
+            if shallow:  # the shallow judge scores the copy against what the tree commits
+                self.unverified_copy = found[0].tokens[: found[1]]
             return block
         if not considered:
             if shallow:

@@ -29,6 +29,7 @@ from engine.decode.proposers import make_proposer
 from engine.decode.rollback import make_rollback
 from engine.decode.round_record import RoundRecorder
 from engine.decode.settings import LOOKUP_MAX_DRAFT, GenerationSettings
+from engine.decode.tree.plan import chain_taken
 from engine.decode.tree.verify import TreeVerifier
 from engine.decode.tree.walk import greedy_walk, leftmost_leaf, sampled_walk
 from engine.decode.verify_length import VerifyLengthController
@@ -59,7 +60,7 @@ class SpeculativeDecoder(Decoder):
         self.position = len(self.prompt_ids)  # absolute position of the next anchor
         self.verify_length = None  # --block-size auto: picks how many positions each round verifies
         self.recorder = RoundRecorder(on_host=STREAM.device == mx.cpu)
-        self.trees: Optional[TreeVerifier] = None  # --tree: made at the first tree round (after prefill)
+        self.tree_verifier: Optional[TreeVerifier] = None  # --tree: made at the first tree round (after prefill)
 
     @property
     def block(self) -> int:
@@ -166,6 +167,7 @@ class SpeculativeDecoder(Decoder):
 
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, : accepted + 1] if taps is not None else None)
+        proposal.ms = rec.ms("start", "rolled")
         self.proposer.record(proposal, accepted)
 
         if self.verify_length is not None and proposal.source == DRAFTER:
@@ -185,11 +187,11 @@ class SpeculativeDecoder(Decoder):
         """A round that verifies a draft tree (--tree): one forward over its nodes, the longest path
         the target agrees with committed, the cache compacted to it, the drafter given its taps."""
         rec, tree = self.recorder, proposal.tree
-        if self.trees is None:
-            self.trees = TreeVerifier(self.pair.target, self.cache)
+        if self.tree_verifier is None:
+            self.tree_verifier = TreeVerifier(self.pair.target, self.cache)
         taps = self.taps.capture(self.keeps_taps)
         with taps:
-            logits = self.trees.forward(tree)
+            logits = self.tree_verifier.forward(tree)
         greedy = self.sampler.s.greedy
         choice = from_root(mx.argmax(logits, axis=-1) if greedy else logits, self.pair.ranks)
         rec.mark("built")
@@ -212,15 +214,16 @@ class SpeculativeDecoder(Decoder):
             mx.eval(queued)
             table_fields = rec.table_fields(view, rows, queued)
         rec.mark("verified")
-        self.trees.compact(self.position, path)
+        self.tree_verifier.compact(self.position, path)
         rec.mark("rolled")
         committed, _ = self.out.add_many(drafted[:accepted] + [bonus])
         self.proposer.observe(committed, taps[:, mx.array(path)] if taps is not None else None)
-        proposal.path = path
+        proposal.path, proposal.ms = path, rec.ms("start", "rolled")
         self.proposer.record(proposal, accepted)
-        if self.verify_length is not None:  # a line down a grafted copy can run past the block
-            n = min(len(drafted), self.verify_length.block - 1)
-            self.verify_length.record(n, min(accepted, n))
+        if self.verify_length is not None:  # --tree auto drafts the chain's length: it learns the chain's
+            n, taken = chain_taken(tree, path) if self.settings.tree_auto else (len(drafted), accepted)
+            n = min(n, self.verify_length.block - 1)  # a line down a grafted copy can run past the block
+            self.verify_length.record(n, min(taken, n))
         return rec.event(
             t_first=self.t_first, tables=table_fields, index=index, position=self.position, anchor=anchor,
             drafted=drafted, accepted=accepted, bonus=bonus,

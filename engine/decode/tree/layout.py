@@ -64,11 +64,12 @@ class DraftTree:
         return path[::-1]
 
 
-def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int) -> DraftTree:
+def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chain: int = 0) -> DraftTree:
     """Best-first tree of at most `budget` draft nodes. ids[d, r] is the drafter's rank-r token for
     depth d + 1, logq[d, r] its score (descending along r; -inf: never taken). Prefixes are scored by
     their summed logq and taken from a heap: each taken node offers its next sibling (rank r + 1 at
-    its depth) and its first child (rank 0 at the next depth)."""
+    its depth) and its first child (rank 0 at the next depth). `chain` greedy nodes go in first
+    (--tree auto: the chain it would verify), so the tree holds that much of it whatever the scores."""
     depth_max, width = ids.shape
     if logq.shape != ids.shape:
         raise ValueError(f"tree candidates: ids {ids.shape} and log-probs {logq.shape} differ in shape.")
@@ -95,7 +96,11 @@ def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int) -> D
         return node
 
     budget = max(0, int(budget))
-    offer(rows[0][0] if depth_max else -math.inf, 0, 0, 0)
+    seeded = min(chain, budget, depth_max)
+    node = 0
+    for d in range(seeded):
+        node = take(d, 0, node)
+    offer(scores[node] + (rows[seeded][0] if seeded < depth_max else -math.inf), seeded, 0, node)
     while heap and len(tokens) - 1 < budget:
         _, _, d, r, parent = heapq.heappop(heap)
         node = take(d, r, parent)

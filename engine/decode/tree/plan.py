@@ -6,12 +6,22 @@ candidates, ranked by the selector's scores. Those scores condition each positio
 chain's previous pick (the selector walks left to right), so they are exact along the chain only;
 a node off the chain is scored as if its parent were the chain's token at that depth.
 
---tree auto prices a round as the chain's auto verify length does (committed tokens per ms of
-draft and verify from the cost curve at the round's depth), each node valued at exp(its summed
-log-prob from the root), scaled by what this run accepted of such nodes: one rate for the chain's
-nodes, one for the nodes off it (second choices). Best-first insertion makes every prefix of the
-tree's nodes the best tree of that size, so each size is one cumulative sum; the chain's lengths
-are priced the same way, and the round verifies the chain where no tree beats it.
+--tree auto keeps the chain's draft: the round drafts the positions auto verify length chose for a
+chain, so a tree costs no extra draft and is never deeper than the chain. Its tree is the whole
+chain, then second choices best first (each prefix of them the best of its size), so at T = 0 it
+accepts at least what the chain would on the same drafts. Each number of second choices is priced
+(committed tokens per ms of draft and verify, from the cost curve at the round's depth) against the
+chain alone, each node valued at exp(its summed log-prob from the root) scaled by what this run
+accepted of such nodes per expected one (on the chain, off it); none is the chain.
+
+The curve does not see a tree round's host work (the drafts awaited before the verify is built,
+the mask, positions per row, the compaction): each kind of round's measured time over its price on
+the curve is kept (decayed), and a tree's price is scaled by the ratio of the two. Each tree round
+is also set against the chain's round on the same drafts (read off the tree: `chain_taken`); while
+this run's tree rounds commit less per priced ms than those would have, or few planned rounds choose
+a tree, rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
+again once every TRY_EVERY rounds (and while they plan, skip it once every TRY_EVERY rounds, so that
+chain rounds stay timed too). docs/trees.md, "--tree auto".
 """
 
 from __future__ import annotations
@@ -23,14 +33,20 @@ import numpy as np
 
 from engine.decode.cost_curve_data import CostCurve
 from engine.decode.drafts import Proposal
-from engine.decode.tree.layout import DraftTree, best_first, build_tree, ranked_candidates, top_candidates
+from engine.decode.tree.layout import COPY_RANK, DraftTree, best_first, build_tree, ranked_candidates, top_candidates
 from engine.decode.tree.walk import sampled_candidates
 
 WIDTH = 4  # a v1 head's candidates per depth (DFlash2: the selector's own K)
 DECAY = 0.97  # weight of a round's evidence after each newer round (as the chain's auto: ~30 rounds)
 PRIOR = 2.0  # expected nodes of prior evidence, at a rate of 1 (the drafter's probabilities as they are)
-MIN_ROUNDS = 3  # --tree auto tries each kind of round (chain, tree) this often before it compares them
-TRY_EVERY = 8  # ...and then the kind that loses once every this many rounds
+# a round's measured time over its price on the curve, per kind (chain, tree): prior 1 as this many rounds
+TIME_PRIOR = 2.0
+# one round's ratio is held within this factor of both kinds' so far (a first shape's warm-up, a
+# descheduled round); not to fixed bounds: a curve measured under another load is off by a factor
+TIME_CLAMP = 3.0
+CONSIDER_FROM = 0.2  # plan a tree while at least this share of recently planned rounds chose one
+TRY_EVERY = 8  # once every this many rounds, the other way (planning or not)
+MIN_TIMED = 1.5  # ...or every other round while planning, until about two chain rounds are timed
 
 
 def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
@@ -71,6 +87,16 @@ def on_chain(tree: DraftTree) -> np.ndarray:
     return chain
 
 
+def chain_taken(tree: DraftTree, path: list[int]) -> tuple[int, int]:
+    """(the greedy chain's drafts in a verified tree, how many of them its round would have accepted):
+    the path's first nodes while they are the chain's. At T = 0 exactly the chain's round on the same
+    drafts (the walk follows the target's argmax, which left the chain where the path does); at T > 0
+    the walk tries the chain's child first with the chain's own test, so it is the chain's in law."""
+    chain = on_chain(tree)
+    taken = next((i for i, node in enumerate(path[1:]) if not chain[node]), len(path) - 1)
+    return int(chain.sum()) - 1, taken
+
+
 class TreePlanner:
     """A round's tree (or None: the chain) from the drafter's proposal; `budget` draft nodes, or auto."""
 
@@ -80,50 +106,50 @@ class TreePlanner:
         # decayed evidence per kind of node [chain, off the chain]: accepted nodes, and expected ones
         self.accepted = [0.0, 0.0]
         self.expected = [0.0, 0.0]
-        self.last: Optional[DraftTree] = None  # --tree auto: the last round's tree before it was sized
-        # --tree auto, per kind of round [chain, tree]: decayed rounds, tokens committed, rows verified
-        self.rounds, self.tokens, self.rows = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
-        self.since = 0  # rounds since the kind that lost was last tried
+        self.chain_q: Optional[np.ndarray] = None  # the planned round's chain: each draft's chance to be reached
+        # per kind of round [chain, tree]: decayed sums of measured time over price, and of rounds timed
+        self.ratios, self.timed_rounds = [0.0, 0.0], [0.0, 0.0]
+        # over tree rounds, [the chain's round on the same drafts, the tree's]: decayed tokens and priced ms
+        self.tokens, self.priced = [0.0, 0.0], [0.0, 0.0]
+        self.planned = self.chose = 0.0  # decayed rounds planned, and of those the ones that chose a tree
+        self.since = 0  # rounds since the way not taken (planning or not) was last tried
+        self.at: Optional[CostCurve] = None  # the curve at this round's depth
+        self.draft_ms = 0.0  # this round's draft on it
 
-    def wants_tree(self, position: int) -> bool:
-        """--tree auto, before the round drafts: whether to draft the whole block for a tree. A tree
-        round drafts the whole block and verifies its tree's rows, a chain round drafts and verifies
-        only auto's length: each kind's tokens a round (this run's) over its price on the curve at
-        this depth (draft and verify of its mean rows). The kind that loses is tried again now and
-        then (every TRY_EVERY rounds), and each is tried MIN_ROUNDS times first."""
-        tree = self._tree_pays(position)
-        if not tree:
-            self.last = None  # a chain round's evidence is not that tree's
-        return tree
+    @property
+    def sizes_by_curve(self) -> bool:
+        """--tree auto with a cost curve: the tree is sized per round, within the chain's draft.
+        Otherwise (a budget, or no curve) a round drafts the whole block for its tree."""
+        return self.auto and self.curve is not None
 
-    def _tree_pays(self, position: int) -> bool:
-        if not self.auto or self.curve is None:
+    def considers(self, position: int, length: int) -> bool:
+        """Before the round drafts `length` positions (the chain's): whether it plans a tree at all. A
+        planned round awaits its drafts before the verify is built; one that is not verifies the chain.
+        Auto plans while the trees verified have paid (`trees_pay`) and recently planned rounds chose
+        them (CONSIDER_FROM); every TRY_EVERY rounds it does the other (a chain round unplanned, or a
+        tree planned), so that both kinds of round stay timed and trees are tried again; every other
+        round while planning until about two chain rounds are timed (MIN_TIMED)."""
+        if not self.sizes_by_curve:
             return True
-        if min(self.rounds) < MIN_ROUNDS:
-            return self.rounds[1] <= self.rounds[0]
-        curve = self.curve.at(position)
-        per_ms = []
-        for kind in (0, 1):
-            rows = max(1, min(len(curve.verify_ms), round(self.rows[kind] / self.rounds[kind])))
-            draft = (curve.draft_ms or 0.0) if kind else (curve.draft_by_length_ms or [0.0] * rows)[rows - 1]
-            per_ms.append(self.tokens[kind] / self.rounds[kind] / (draft + curve.verify_ms[rows - 1]))
-        best = int(per_ms[1] > per_ms[0])
+        self.at = self.curve.at(position)
+        self.draft_ms = _draft_ms(self.at, length)
+        self.chain_q = None
+        plan = self.trees_pay() and (self.chose + PRIOR) / (self.planned + PRIOR) >= CONSIDER_FROM
         self.since += 1
-        if self.since >= TRY_EVERY:
+        # the other way, now and then: both kinds of round stay timed (the chain's soon, while it has
+        # hardly been: until then a tree round's host work is measured against nothing)
+        if self.since >= (TRY_EVERY if self.timed_rounds[0] >= MIN_TIMED or not plan else 2):
             self.since = 0
-            return not best
-        return bool(best)
+            return not plan
+        return plan
 
-    def counted(self, tree: bool, committed: int, rows: int) -> None:
-        """A drafting round of either kind: the tokens it committed and the rows it verified."""
-        kind = int(tree)
-        for i in (0, 1):
-            self.rounds[i] *= DECAY
-            self.tokens[i] *= DECAY
-            self.rows[i] *= DECAY
-        self.rounds[kind] += 1.0
-        self.tokens[kind] += committed
-        self.rows[kind] += rows
+    def trees_pay(self) -> bool:
+        """Whether this run's tree rounds committed at least as many tokens per ms as the chain's rounds
+        on the same drafts would have (each priced on the curve and scaled by its kind's measured time)."""
+        if self.priced[0] == 0.0:
+            return True
+        chain, tree = (t / (p * self.overhead(kind)) for kind, t, p in zip((False, True), self.tokens, self.priced))
+        return tree >= chain
 
     def price(self, curve: CostCurve) -> None:
         self.curve = curve
@@ -132,48 +158,83 @@ class TreePlanner:
         """What this run accepted of the nodes it verified, per expected one: on the chain, off it."""
         return tuple((a + PRIOR) / (e + PRIOR) for a, e in zip(self.accepted, self.expected))
 
+    def overhead(self, tree: bool) -> float:
+        """A kind of round's measured time per ms of its price on the curve (decayed), its prior the
+        two kinds' pooled (itself with a prior of 1): the same for both until a kind has been timed."""
+        kind = int(tree)
+        return (self.ratios[kind] + TIME_PRIOR * self.pooled()) / (self.timed_rounds[kind] + TIME_PRIOR)
+
+    def pooled(self) -> float:
+        """Both kinds' measured time per ms of price (decayed; prior 1)."""
+        return (sum(self.ratios) + TIME_PRIOR) / (sum(self.timed_rounds) + TIME_PRIOR)
+
     def plan(self, anchor: int, proposal: Proposal, position: int, key: Optional[mx.array] = None
-             ) -> tuple[Optional[DraftTree], int]:
-        """(the round's tree, or None for the chain; the chain's drafts to verify then). `proposal`
-        holds the drafter's block, evaluated here; `key` (T > 0) draws the tree's tokens. The tree's
-        shape and whether it is verified at all depend on the drafter's scores, never on the draws."""
+             ) -> Optional[DraftTree]:
+        """The round's tree, or None for the chain (all of its drafts). `proposal` holds the drafter's
+        block, evaluated here; `key` (T > 0) draws the tree's tokens. The tree's shape and whether it
+        is verified at all depend on the drafter's scores, never on the draws."""
         ids, logq = candidates(proposal, key)
         depth = ids.shape[0]
-        if not self.auto or self.curve is None:
-            return build_tree(anchor, ids, logq, self.budget or depth), depth
-        curve = self.curve.at(position)
-        most = min(len(curve.verify_ms) - 1, self.budget or depth * ids.shape[1])
-        tree = self.last = build_tree(anchor, ids, logq, most)
-        chain = on_chain(tree)
+        if not self.sizes_by_curve:
+            return build_tree(anchor, ids, logq, self.budget or depth)
+        verify = np.array(self.at.verify_ms)
+        most = max(depth, min(len(verify) - 1, depth + (self.budget or depth * ids.shape[1])))
+        tree = build_tree(anchor, ids, logq, most, chain=depth)  # the chain, then its second choices
         main, side = self.rates()
-        value = np.exp(tree.scores.astype(np.float64)) * np.where(chain, main, side)
-        value[0] = 1.0  # the round's own token (bonus or correction)
-        cost = np.array(curve.verify_ms[: len(tree)]) + (curve.draft_ms or 0.0)
-        tree_per_ms = np.cumsum(value) / cost
-        chain_value = np.cumsum(value[chain])
-        chain_per_ms = chain_value / cost[: chain_value.shape[0]]
-        n = int(np.argmax(tree_per_ms))
-        if tree_per_ms[n] <= chain_per_ms.max() or chain[: n + 1].all():
-            return None, int(np.argmax(chain_per_ms))
-        return first_nodes(tree, n), depth
+        self.chain_q = np.exp(np.cumsum(logq[:, 0]))  # the chance the chain's draft j is reached and taken
+        rows = 1 + depth  # the anchor and the chain; second choices after them, best first
+        value = 1.0 + main * self.chain_q.sum() + np.concatenate(
+            [[0.0], np.cumsum(np.exp(tree.scores[rows:].astype(np.float64)) * side)])
+        cost = (self.draft_ms + verify[rows - 1 : len(tree)]) * self.overhead(True)
+        cost[0] = (self.draft_ms + verify[rows - 1]) * self.overhead(False)
+        extra = int(np.argmax(value / cost))
+        self.planned = self.planned * DECAY + 1.0
+        self.chose = self.chose * DECAY + float(extra > 0)
+        return first_nodes(tree, depth + extra) if extra else None
 
-    def record(self, tree: Optional[DraftTree], path: list[int], chain_drafts: int = 0) -> None:
+    def record(self, tree: Optional[DraftTree], path: list[int], chain_drafts: int = 0,
+               ms: Optional[float] = None) -> None:
         """A round's outcome: the tree it verified and the nodes accepted; a chain's round (tree None)
-        verified the first `chain_drafts` drafts of the last tree planned's chain, and accepted
-        len(path) - 1 of them."""
+        verified `chain_drafts` drafts of the chain last planned and accepted len(path) - 1 of them
+        (a chain round that was not planned tells nothing about the drafter's probabilities). `ms`:
+        its measured time (draft, verify and commit), kept against its price on the curve."""
+        rows = len(tree) if tree is not None else chain_drafts + 1
+        if ms is not None and self.sizes_by_curve and self.at is not None:
+            kind, pooled = int(tree is not None), self.pooled()
+            ratio = min(max(ms / self.round_price(rows), pooled / TIME_CLAMP), pooled * TIME_CLAMP)
+            self.ratios[kind] = self.ratios[kind] * DECAY + ratio
+            self.timed_rounds[kind] = self.timed_rounds[kind] * DECAY + 1.0
         if tree is None:
-            if self.last is not None:
-                keep = np.flatnonzero(on_chain(self.last))[1 : chain_drafts + 1]
-                self._add(0, float(np.exp(self.last.scores[keep].astype(np.float64)).sum()), len(path) - 1)
+            if self.chain_q is not None:
+                self._add(0, float(self.chain_q[:chain_drafts].sum()), len(path) - 1)
             return
-        chain = on_chain(tree)
+        chain, copied = on_chain(tree), tree.ranks == COPY_RANK  # a grafted copy is neither kind
         expected = np.exp(tree.scores.astype(np.float64))[1:]
         hit = np.zeros(len(tree), dtype=bool)
         hit[path[1:]] = True
-        for i, kind in enumerate((chain[1:], ~chain[1:])):
+        for i, kind in enumerate((chain[1:], ~(chain | copied)[1:])):
             self._add(i, float(expected[kind].sum()), float(hit[1:][kind].sum()))
+        # this tree round against the chain's on its drafts (with a copy grafted, a chain round might
+        # have verified the copy: no comparison)
+        if self.sizes_by_curve and self.at is not None and not copied.any():
+            drafts, taken = chain_taken(tree, path)
+            for i, (tokens, priced) in enumerate(((taken + 1, self.round_price(drafts + 1)),
+                                                  (len(path), self.round_price(rows)))):
+                self.tokens[i] = self.tokens[i] * DECAY + tokens
+                self.priced[i] = self.priced[i] * DECAY + priced
+
+    def round_price(self, rows: int) -> float:
+        """This round on the curve: its draft and a verify of `rows` rows."""
+        verify = self.at.verify_ms
+        return self.draft_ms + verify[min(rows, len(verify)) - 1]
 
     def _add(self, kind: int, expected: float, accepted: float) -> None:
         """One round's evidence for a kind of node (0: on the chain, 1: off it)."""
         self.expected[kind] = self.expected[kind] * DECAY + expected
         self.accepted[kind] = self.accepted[kind] * DECAY + accepted
+
+
+def _draft_ms(curve: CostCurve, length: int) -> float:
+    """A draft of `length` positions on the curve (the whole block's where it has no lengths)."""
+    by_length = curve.draft_by_length_ms
+    return by_length[min(length, len(by_length)) - 1] if by_length else (curve.draft_ms or 0.0)
