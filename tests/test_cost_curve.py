@@ -282,6 +282,7 @@ def test_the_cli_says_when_a_first_auto_run_measures_the_curve(qwen3_tied_dirs, 
 
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cc, "DEPTHS", (cc.CONTEXT_TOKENS, 64))
+    monkeypatch.setattr(cc, "SWEEP_BUDGET_S", 0.0)  # no sweeps past `repeats`: the progress still counts 9 a depth
     t, d = qwen3_tied_dirs
     argv = ["generate", "--target", str(t), "--drafter", str(d), "--prompt", PROMPTS[0], "--raw", "--max-tokens", "8",
             "--block-size", "auto", "--json"]

@@ -30,7 +30,8 @@ HELD = [("pkg/held.py", "def held(y):\n    return y * 2\n")]
                          ids=["dense", "hybrid", "draft-model"])
 def test_recipe_prepares_its_data_from_its_own_defaults(recipe, tmp_path, monkeypatch):
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
-    args = recipe.parse_args(["--vocab-size", "320", "--run-dir", str(tmp_path)])
+    # a few synthetic modules, not the default 20,000: the data step reads the setting all the same
+    args = recipe.parse_args(["--vocab-size", "320", "--synthetic-modules", "5", "--run-dir", str(tmp_path)])
 
     data = build_demo_target.prepare_data(args, tmp_path)
 
@@ -38,19 +39,20 @@ def test_recipe_prepares_its_data_from_its_own_defaults(recipe, tmp_path, monkey
     assert meta["split"] == args.split
     assert meta["train_files"] == len(TRAIN)
     assert data["train_ids"].size == meta["train_tokens"] > 0
+    assert meta["synthetic_modules"] == 5 and data["synth_ids"].size == meta["synthetic_tokens"] > 0
     assert (tmp_path / "tokenizer" / "tokenizer.json").exists()
 
 
 def test_resume_reuses_the_cached_token_streams(tmp_path, monkeypatch):
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
-    args = build_demo_target.parse_args(["--vocab-size", "320"])
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5"])
     first = build_demo_target.prepare_data(args, tmp_path)
 
     def no_corpus():
         raise AssertionError("a resumed run must not re-read the corpus")
 
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", no_corpus)
-    args = build_demo_target.parse_args(["--vocab-size", "320", "--resume"])
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5", "--resume"])
     again = build_demo_target.prepare_data(args, tmp_path)
     assert (again["train_ids"] == first["train_ids"]).all()
 
@@ -59,7 +61,7 @@ def test_a_run_that_continues_a_model_takes_its_tokenizer_instead_of_training_on
     """Continuing or distilling a model needs its token ids, whatever the tokenizer trainer would make on
     this machine (another Python, another tokenizers release)."""
     monkeypatch.setattr(build_demo_target.corpus, "load_corpus", lambda: (TRAIN, HELD))
-    args = build_demo_target.parse_args(["--vocab-size", "320"])
+    args = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5"])
     first = build_demo_target.prepare_data(args, tmp_path / "first")
     model = tmp_path / "model"
     model.mkdir()
@@ -78,11 +80,11 @@ def test_a_run_that_continues_a_model_takes_its_tokenizer_instead_of_training_on
     # The card names the pre-split the copied tokenizer has, not this run's --split.
     other_split = "gpt2" if args.split == "qwen2" else "qwen2"
     assert first["split"] == args.split and build_demo_target.split_of(model / "tokenizer.json") == args.split
-    args_other = build_demo_target.parse_args(["--vocab-size", "320", "--split", other_split])
+    args_other = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5", "--split", other_split])
     assert build_demo_target.prepare_data(args_other, tmp_path / "fourth", tokenizer_from=model)["split"] == args.split
 
     # A resumed run folder whose cached tokenizer is another one's stops instead of training on the wrong ids.
-    resumed = build_demo_target.parse_args(["--vocab-size", "320", "--resume"])
+    resumed = build_demo_target.parse_args(["--vocab-size", "320", "--synthetic-modules", "5", "--resume"])
     assert build_demo_target.prepare_data(resumed, tmp_path / "again", tokenizer_from=model)["special_ids"]
     (tmp_path / "again" / "tokenizer" / "tokenizer.json").write_text("{}")
     with pytest.raises(SystemExit, match="cached tokenizer is not"):

@@ -180,7 +180,8 @@ def test_a_race_at_temperature_says_samples(qtbot, make_window, qwen3_tied_dirs)
 
 def test_stop_mid_race_stops_with_a_notice_and_the_window_stays_usable(qtbot, make_window, qwen3_tied_dirs):
     w = make_window()
-    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=4000)  # the fixtures' context is 4096
+    # AR runs first and whole; then dflash's rounds of about one token each leave hundreds of rounds to stop in
+    choose(w, qwen3_tied_dirs, PROMPTS[0], max_tokens=800)
     view = race(w, ["ar", "dflash", "lookup"])
     qtbot.mouseClick(view.race_button, Qt.MouseButton.LeftButton)
     assert view.stop_button.isEnabled() and not view.race_button.isEnabled()
