@@ -289,7 +289,25 @@ def test_line_prompts_cover_code_lines_and_prose():
     assert any(not p.endswith("\n") and p not in prose for p in prompts)  # some cut inside their last line
 
 
-def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
+@pytest.fixture
+def benched_once(monkeypatch) -> dict:
+    """A rebench runs `bench` in a fresh process on the short prompts, the long ones and their tails
+    (in these tests one file): each distinct bench runs for real once and is reused after, since the
+    card written from them is what the tests check. The runs made, by arguments."""
+    import build_demo_drafter
+
+    real, results = build_demo_drafter.bench, {}
+
+    def bench_once(*args):
+        if args not in results:
+            results[args] = real(*args)
+        return results[args]
+
+    monkeypatch.setattr(build_demo_drafter, "bench", bench_once)
+    return results
+
+
+def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path, benched_once):
     import shutil
 
     import build_demo_drafter
@@ -322,9 +340,10 @@ def test_rebench_rewrites_only_the_cards_benchmark(qwen3_tied_dirs, tmp_path):
     result = json.loads((out / "bench.json").read_text())
     assert len(result["per_prompt"]) == 2 and result["identical"] is True
     assert (out / "model.safetensors").read_bytes() == weights
+    assert len(benched_once) == 1  # one real bench of the one prompts file
 
 
-def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_dirs, tmp_path):
+def test_card_rows_of_prompts_that_ended_at_once_have_no_rate(oracle_first_eos_dirs, tmp_path, benched_once):
     """A prompt whose output ends at its first token has no rounds: its row says so instead of an AR
     rate of one token over no time (it printed 23809.5 tok/s and a speedup of '-x'), and a card
     whose prompts all ended so is still written (the overall row has no figures either)."""
