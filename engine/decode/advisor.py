@@ -107,10 +107,6 @@ def committed_per_round(streak_list: list[int], k: int) -> float:
     return tokens / rounds if rounds else 1.0
 
 
-def _draft_ms(curve: CostCurve, k: int, whole_block: bool) -> float:
-    return curve.round_ms(k, whole_block) - curve.verify_ms[k - 1]
-
-
 def _ratio(run: float, curve: float) -> float:
     return run / curve if run > 0 and curve > 0 else 1.0
 
@@ -139,11 +135,11 @@ def advise(rounds: list[Any], decode_s: float, curve: CostCurve, ar_tok_s: Optio
     verify_scale = _ratio(sum(field_of(r, "verify_ms", 0.0) for r in rounds),
                           sum(at[d].verify_ms[k - 1] for k, d in zip(lengths, depths)))
     draft_scale = _ratio(sum(field_of(r, "draft_ms", 0.0) for r, k in zip(rounds, lengths) if k > 1),
-                         sum(_draft_ms(at[d], k, auto_run) for k, d in zip(lengths, depths) if k > 1))
+                         sum(at[d].draft_of(k, auto_run) for k, d in zip(lengths, depths) if k > 1))
     here = curve.at(round(statistics.fmean(depths)))  # every length priced at the run's mean depth
 
     def cost(k: int, whole_block: bool) -> float:
-        return max(draft_scale * _draft_ms(here, k, whole_block) + verify_scale * here.verify_ms[k - 1]
+        return max(draft_scale * here.draft_of(k, whole_block) + verify_scale * here.verify_ms[k - 1]
                    + overhead, 1e-6)
 
     found = streaks(rounds)

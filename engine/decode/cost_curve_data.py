@@ -76,11 +76,16 @@ class CostCurve:
     def round_ms(self, length: int, whole_block: bool = True) -> float:
         """A round that verifies `length` positions: its draft (none for length 1) and its verify.
         whole_block: the drafter drafted its whole block (auto); else only `length` (a fixed size)."""
+        return self.verify_ms[length - 1] + self.draft_of(length, whole_block)
+
+    def draft_of(self, length: int, whole_block: bool = False) -> float:
+        """The draft of a round that verifies `length` positions: none for 1; the whole block's
+        (whole_block, or no draft lengths measured); else a draft of `length`."""
         if length <= 1:
-            return self.verify_ms[0]
+            return 0.0
         if whole_block or not self.draft_by_length_ms:
-            return self.verify_ms[length - 1] + (self.draft_ms or 0.0)
-        return self.verify_ms[length - 1] + self.draft_by_length_ms[length - 1]
+            return self.draft_ms or 0.0
+        return self.draft_by_length_ms[length - 1]
 
 
 def fitted(curve: CostCurve) -> CostCurve:

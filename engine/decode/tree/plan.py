@@ -132,7 +132,7 @@ class TreePlanner:
         if not self.sizes_by_curve:
             return True
         self.at = self.curve.at(position)
-        self.draft_ms = _draft_ms(self.at, length)
+        self.draft_ms = self.at.draft_of(length)
         self.chain_q = None
         plan = self.trees_pay() and (self.chose + PRIOR) / (self.planned + PRIOR) >= CONSIDER_FROM
         self.since += 1
@@ -233,8 +233,3 @@ class TreePlanner:
         self.expected[kind] = self.expected[kind] * DECAY + expected
         self.accepted[kind] = self.accepted[kind] * DECAY + accepted
 
-
-def _draft_ms(curve: CostCurve, length: int) -> float:
-    """A draft of `length` positions on the curve (the whole block's where it has no lengths)."""
-    by_length = curve.draft_by_length_ms
-    return by_length[min(length, len(by_length)) - 1] if by_length else (curve.draft_ms or 0.0)
