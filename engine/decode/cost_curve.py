@@ -37,7 +37,7 @@ import mlx.core as mx
 
 from engine import json_text
 from engine.decode.cancel import CancelToken
-from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted, shorter
+from engine.decode.cost_curve_data import CONTEXT_TOKENS, SCHEMA, CostCurve, DepthPoint, fitted, shorter, with_points
 from engine.decode.acceptance import accept
 from engine.decode.drafts import propose
 from engine.decode.sampling import Sampler, log_probs
@@ -383,10 +383,7 @@ def _agreed(curve: CostCurve, pair: LoadedPair) -> CostCurve:
 
     points = curve.points()
     agreed = from_root(mx.array([numbers(p) for p in points], dtype=mx.float32), pair.ranks).tolist()
-    base, *deeper = [replace(p, ar_step_ms=row[0], verify_ms=row[1 : block + 1],
-                             draft_by_length_ms=row[block + 1 :] if p.draft_by_length_ms is not None else None)
-                     for p, row in zip(points, agreed)]
-    return replace(curve, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
-                   draft_by_length_ms=base.draft_by_length_ms,
-                   draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
-                   deeper=deeper)
+    return with_points(curve, [
+        replace(p, ar_step_ms=row[0], verify_ms=row[1 : block + 1],
+                draft_by_length_ms=row[block + 1 :] if p.draft_by_length_ms is not None else None)
+        for p, row in zip(points, agreed)])

@@ -99,7 +99,7 @@ def fitted(curve: CostCurve) -> CostCurve:
             by_length = [by_length[0]] + non_decreasing(by_length[1:])
         return replace(point, verify_ms=non_decreasing(point.verify_ms), draft_by_length_ms=by_length)
 
-    return _rebuilt(curve, [fit(p) for p in curve.points()])
+    return with_points(curve, [fit(p) for p in curve.points()])
 
 
 def shorter(curve: CostCurve, block: int) -> CostCurve:
@@ -111,13 +111,14 @@ def shorter(curve: CostCurve, block: int) -> CostCurve:
         by_length = p.draft_by_length_ms[:block] if p.draft_by_length_ms is not None else None
         return replace(p, verify_ms=p.verify_ms[:block], draft_by_length_ms=by_length)
 
-    return _rebuilt(curve, [cut(p) for p in curve.points()], block=block)
+    return with_points(curve, [cut(p) for p in curve.points()], block=block)
 
 
-def _rebuilt(curve: CostCurve, points: list[DepthPoint], **changes) -> CostCurve:
-    """`curve` with its depth points replaced by `points` (the first at the prompt's depth)."""
+def with_points(curve: CostCurve, points: list[DepthPoint], **changes) -> CostCurve:
+    """`curve` with its depth points replaced by `points` (the first at the base depth)."""
     base, *deeper = points
-    return replace(curve, verify_ms=base.verify_ms, draft_by_length_ms=base.draft_by_length_ms,
+    return replace(curve, ar_step_ms=base.ar_step_ms, verify_ms=base.verify_ms,
+                   draft_by_length_ms=base.draft_by_length_ms,
                    draft_ms=base.draft_by_length_ms[-1] if base.draft_by_length_ms else curve.draft_ms,
                    deeper=deeper, **changes)
 
