@@ -180,6 +180,6 @@ def attention_mask(tree: DraftTree, prefix: int, window: Optional[int] = None,
     context = mx.concatenate([mx.ones((n, prefix), dtype=mx.bool_), seen], axis=1)
     if window is None:
         return context
-    query = mx.array(tree.positions(prefix))[:, None]
-    keys = mx.concatenate([mx.arange(prefix), mx.array(tree.positions(prefix))])[None, :]
-    return context & (query - keys < window)
+    positions = mx.array(tree.positions(prefix))
+    keys = mx.concatenate([mx.arange(prefix), positions])[None, :]
+    return context & (positions[:, None] - keys < window)
