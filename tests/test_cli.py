@@ -78,11 +78,12 @@ def test_parity_command(qwen3_tied_dirs, capsys):
                             "--max-tokens", "32", "--block-size", "16", "--json"])  # fixed: every step a round
     assert out["identical"] is True and out["first_divergence"] is None and out["margin_at_divergence"] is None
     assert out["speedup"] == pytest.approx(out["dflash_tok_s"] / out["ar_tok_s"], rel=1e-3)
-    # Tokens = the prefill's first + tau per round, so speedup ~ tau / (a round's cost in AR steps).
+    # A round's wall time in AR steps: the tau at which DFlash breaks even with AR.
     assert out["round_in_ar_steps"] > 0
+    assert out["round_in_ar_steps"] == pytest.approx(out["mean_round_ms"] / 1000 * out["ar_tok_s"], abs=1e-3)
+    # The rounds lie within the decode time (which also holds the steps' bookkeeping between them).
     rounds = (out["dflash_tokens"] - 1) / out["mean_acceptance_length"]
-    assert out["round_in_ar_steps"] == pytest.approx(
-        out["dflash_tokens"] / out["dflash_tok_s"] / rounds * out["ar_tok_s"], rel=0.05)
+    assert out["mean_round_ms"] / 1000 * rounds <= out["dflash_tokens"] / out["dflash_tok_s"] * 1.01
 
 
 def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
@@ -104,10 +105,10 @@ def test_bench_json(qwen3_tied_dirs, tmp_path, capsys):
     shares = out["acceptance_by_position"]
     assert 0 < len(shares) <= out["block_size"] - 1 and all(0 <= a <= 1 for a in shares)
     assert shares == sorted(shares, reverse=True)  # a draft is accepted only after all before it
-    # DFlash tokens = the prefill's first token + tau per round, so speedup ~ tau / (round cost in AR steps)
-    rounds = (out["dflash_tokens"] - 2 * 2) / out["mean_acceptance_length"]
-    assert out["round_in_ar_steps"] == pytest.approx(
-        1000 * (out["dflash_tokens"] / out["dflash_tok_s"]) / rounds / (1000 / out["ar_tok_s"]), rel=0.05)
+    # A round's wall time in AR steps, and the rounds lie within the decode time (timings themselves vary).
+    assert out["round_in_ar_steps"] == pytest.approx(out["round_ms"] / 1000 * out["ar_tok_s"], rel=1e-3)
+    assert out["rounds"] == pytest.approx((out["dflash_tokens"] - 2 * 2) / out["mean_acceptance_length"], rel=1e-2)
+    assert out["round_ms"] / 1000 * out["rounds"] <= out["dflash_tokens"] / out["dflash_tok_s"] * 1.01
 
 
 def test_bench_table(qwen3_tied_dirs, tmp_path, capsys):

@@ -169,6 +169,7 @@ class ParityResult:
             "speedup": round(self.speedup, 4) if self.timed else None,
             "mean_acceptance_length": d.mean_acceptance_length if d is not None else None,
             "round_in_ar_steps": self.round_in_ar_steps,
+            "mean_round_ms": d.mean_round_ms if d is not None else None,  # what round_in_ar_steps is made from
             "ar_tokens": self.ar.num_generated,
             "dflash_tokens": d.num_generated if d is not None else 0,
         }
