@@ -60,13 +60,16 @@ def launch(argv: list[str], ranks: int = 2, timeout: float = 240, script: str | 
            script_dir: Path | None = None, measured: bool = False, **env: str) -> subprocess.CompletedProcess:
     """`mlx.launch -n ranks --backend ring` on our CLI (or on `script`, written to script_dir),
     on free loopback ports. The CLI reads the fixed cost curve (fixtures/fixed_cost_curve.py) unless
-    `measured`: every rank still agrees on rank 0's curve, without timing three depths first."""
+    `measured`: every rank still agrees on rank 0's curve, without timing three depths first (measured, each
+    depth is timed `repeats` sweeps and no more)."""
     if script is not None:
         path = script_dir / "rank_script.py"
         path.write_text(script)
         program = [str(path)]
     else:
-        program = ["-m", "engine.tools.cli" if measured else "fixtures.fixed_cost_curve"]
+        program = ["-m", "fixtures.fixed_cost_curve"]
+        if measured:
+            env = {**env, "FIXTURE_MEASURE_CURVE": "1"}
     for _ in range(3):
         cmd = [sys.executable, "-c", "from mlx._distributed_utils.launch import main; main()",
                "-n", str(ranks), "--backend", "ring", "--starting-port", str(_free_ports(ranks)),
@@ -148,11 +151,11 @@ def test_two_ranks_give_the_unsharded_ar_tokens(sharded_pairs, sharded_run, name
 
 @pytest.mark.slow  # starts ranks with mlx.launch
 def test_bench_under_launch_prints_ar_and_dflash_once(sharded_pairs, tmp_path):
-    target, drafter = sharded_pairs["qwen3_5"]
+    target, drafter = sharded_pairs["dense"]  # a hybrid target under launch: test_two_ranks_give_the_unsharded_ar_tokens
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "def add(a, b):"}\n{"prompt": "class Stack:"}\n')
     proc = launch(["bench", "--target", str(target), "--drafter", str(drafter), "--prompts", str(prompts),
-                   "--max-tokens", "16", "--repeats", "1", "--json"])
+                   "--max-tokens", "8", "--repeats", "1", "--json"])
     outputs = _json_lines(proc.stdout)
     assert len(outputs) == 1, proc.stderr[-2000:]
     result = outputs[0]
