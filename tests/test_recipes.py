@@ -391,8 +391,10 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     (run / "run_args.json").write_text(json.dumps({"batch_size": 2, "seq_len": 16, "seed": 0, "vocab_size": 320,
                                                    "split": "gpt2", "steps": 20}))
     (run / "run_args.resume.json").write_text(json.dumps({"steps": 3}))
+    prompts = tmp_path / "bench_prompts.jsonl"  # two of the recipe's, as its card names them
+    prompts.write_text("".join((build_demo_hybrid.HERE / "bench_prompts.jsonl").read_text().splitlines(True)[:2]))
     assert build_demo_hybrid.main(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
-                                   "--run-dir", str(run), "--bench-tokens", "6"]) == 0
+                                   "--run-dir", str(run), "--bench-tokens", "6", "--bench-prompts", str(prompts)]) == 0
     summary = json.loads((target / "bench.json").read_text())
     assert set(summary) == {"replay", "rerun"} and all(r["identical"] for r in summary.values())
     card = (target / "MODEL_CARD.md").read_text()
@@ -404,7 +406,8 @@ def test_hybrid_recipe_bench_stage_writes_the_card_from_both_rollbacks(tmp_path,
     # benched again once the run folder is gone: the card's training section is kept, the figures redone
     (target / "MODEL_CARD.md").write_text(card.replace("| replay |", "| old replay |"))
     assert build_demo_hybrid.main(["--stage", "bench", "--out", str(target), "--drafter-out", str(drafter),
-                                   "--run-dir", str(tmp_path / "gone"), "--bench-tokens", "6"]) == 0
+                                   "--run-dir", str(tmp_path / "gone"), "--bench-tokens", "6",
+                                   "--bench-prompts", str(prompts)]) == 0
     again = (target / "MODEL_CARD.md").read_text()
     assert "old replay" not in again and again.count("| replay |") == 1
     assert again[: again.index("## Benchmark")] == card[: card.index("## Benchmark")]

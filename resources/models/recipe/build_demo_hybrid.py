@@ -131,6 +131,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--drafter-line-prompts", type=int, default=600,
                     help="...and of this many line and comment prompts (code_prompts.line_prompts)")
     ap.add_argument("--taps", default="1,6,12,17,22", help="target layers the drafter reads (GatedDeltaNet and attention)")
+    ap.add_argument("--bench-prompts", default=str(HERE / "bench_prompts.jsonl"))
     ap.add_argument("--bench-tokens", type=int, default=128)
     ap.add_argument("--bench-repeats", type=int, default=1)
     return ap.parse_args(argv)
@@ -294,7 +295,7 @@ GPT2_SPLIT_NOTE = (
 
 
 def bench_rollbacks(args) -> dict:
-    """AR vs DFlash on bench_prompts.jsonl, once with tape replay and once with re-run; into the
+    """AR vs DFlash on --bench-prompts (bench_prompts.jsonl), once with tape replay and once with re-run; into the
     target's bench.json and model card."""
     from dataclasses import replace
 
@@ -304,7 +305,7 @@ def bench_rollbacks(args) -> dict:
     from engine.models.pair import load_pair
 
     pair = load_pair(args.out, args.drafter_out)
-    texts = load_prompts(HERE / "bench_prompts.jsonl")
+    texts = load_prompts(Path(args.bench_prompts))
     prompts = [(t, encode_prompt(pair.tokenizer, t, chat=False)) for t in texts]
     base = GenerationSettings(max_tokens=args.bench_tokens, block_size=16)
     results = {mode: run_bench(pair, prompts, replace(base, rollback=mode), args.bench_repeats)
@@ -371,7 +372,7 @@ def hybrid_card(args, summary: dict, blas: str) -> str:
         lines = old_text[: old_text.index(BENCH_HEADING)].rstrip("\n").split("\n") + [""]
     lines += [f"{BENCH_HEADING} (`bench`, T=0, block 16, this machine's CPU, BLAS: {blas})", "",
               "Reproduce with `dflash-playground bench --target demo-hybrid-target --drafter demo-hybrid-drafter "
-              f"--prompts resources/models/recipe/bench_prompts.jsonl --max-tokens {args.bench_tokens} "
+              f"--prompts resources/models/recipe/{Path(args.bench_prompts).name} --max-tokens {args.bench_tokens} "
               f"--repeats {args.bench_repeats}` (add `--rollback rerun` for the second row; prompts are encoded "
               "raw, as the pair was trained).", "",
               "| rollback | AR tok/s | DFlash tok/s | speedup | tau | verify ms | rollback ms | identical |",
