@@ -79,6 +79,48 @@ def test_selector_walk_matches_a_plain_loop():
     assert sorted(got.candidates[0].tolist()) == sorted(np.argsort(-lg[0])[:K].tolist())
 
 
+def test_a_tree_scores_every_node_after_its_own_parent():
+    """A T = 0 tree from the selector (plan.candidates): each node's log-prob is the selector's
+    log-softmax over its depth's candidates with its parent's token as predecessor (a plain loop
+    here), off the greedy chain too; rank 0 all the way down is the walk's drafts; and the best-first
+    tree holds every node's better-scored siblings."""
+    from engine.decode.drafts import Proposal
+    from engine.decode.tree.layout import build_tree
+    from engine.decode.tree.plan import candidates
+
+    mx.random.seed(5)
+    V, H, r, K, T = 40, 16, 6, 4, 5
+    sel = CandidateSelector(H, r, V)
+    for layer in (sel.hidden_projection, sel.predecessor_codebook, sel.successor_codebook):
+        layer.weight = mx.random.normal(layer.weight.shape) * 2  # a strong pair term: predecessors matter
+    hidden, logits = mx.random.normal((T, H)), mx.random.normal((T, V))
+    s = select(sel, hidden, logits, anchor=7, top_k=K, temperature=0.0, key=None)
+    ids, logq, follow = candidates(Proposal(s.drafts, None, logits, s))
+    tree = build_tree(7, ids, logq, 30, follow=follow)
+    A, B = np.array(sel.predecessor_codebook.weight), np.array(sel.successor_codebook.weight)
+    P, lg = np.array(sel.hidden_projection(hidden)), np.array(logits)
+    cands = np.array(s.candidates)
+    moved = 0
+    for node in range(1, len(tree)):
+        t, prev = int(tree.depths[node]) - 1, int(tree.tokens[tree.parents[node]])
+        scores = lg[t, cands[t]] + (A[prev] * P[t] * B[cands[t]]).sum(-1)
+        logp = scores - np.log(np.exp(scores - scores.max()).sum()) - scores.max()
+        k = cands[t].tolist().index(int(tree.tokens[node]))
+        assert tree.logq[node] == pytest.approx(logp[k], abs=1e-4)
+        assert tree.ranks[node] == int((logp > logp[k]).sum())  # its rank among its own parent's candidates
+        siblings = [n for n in tree.children(int(tree.parents[node]))]
+        assert [int(tree.ranks[n]) for n in siblings] == list(range(len(siblings)))  # better siblings first
+        chain_prev = int(s.drafts[t - 1]) if t else 7  # the walk's token at the depth above
+        assumed = lg[t, cands[t]] + (A[chain_prev] * P[t] * B[cands[t]]).sum(-1)
+        moved += tree.ranks[node] != int((assumed > assumed[k]).sum())
+    chain, node = [], 0
+    while (kids := tree.children(node)) and tree.ranks[kids[0]] == 0:
+        node = kids[0]
+        chain.append(int(tree.tokens[node]))
+    assert chain == s.drafts.tolist()
+    assert moved > 0  # some node ranks otherwise than after the chain's token (what the tree used to assume)
+
+
 def test_selector_q_gives_the_target_distribution():
     """Drafts sampled from the selector's q over K candidates, verified against p: the first committed
     token is distributed as p, including tokens that were never candidates (the residual's job)."""

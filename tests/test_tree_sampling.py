@@ -46,7 +46,8 @@ class NodeRows:
 
 def sampled_tree(anchor, logq, width, budget, key):
     """The tree a round at T > 0 verifies, as the planner makes it (plan.candidates, then build_tree)."""
-    return build_tree(anchor, *candidates(Proposal(mx.argmax(logq, axis=-1), logq, None), key, width), budget)
+    ids, ranked, follow = candidates(Proposal(mx.argmax(logq, axis=-1), logq, None), key, width)
+    return build_tree(anchor, ids, ranked, budget, follow=follow)
 
 
 def one_round(target, q, context, budget, copy, sampled, key, rng):

@@ -119,6 +119,9 @@ class Selection:
     scores: mx.array  # (T, K) float32
     plain_top: mx.array  # (T,): argmax of the head's logits
     logq: Optional[mx.array]  # (T, V) or None at T = 0
+    # T = 0, on the host: after[t, j, k] the score of candidate k at t + 1 after candidate j at t (the
+    # first position's row repeated for every j: its predecessor is the anchor), for draft trees
+    after: Optional[np.ndarray] = None
 
 
 def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anchor: int, top_k: int,
@@ -130,8 +133,8 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
     unary = mx.take_along_axis(logits32, candidates, axis=-1)
     terms = selector.pair_terms(hidden, candidates)  # (T, K, r)
     if temperature <= 0:
-        drafts, scores_all = _greedy_walk(selector, terms, unary, candidates, anchor)
-        return Selection(drafts, candidates, scores_all, mx.argmax(logits32, axis=-1), None)
+        drafts, scores_all, after = _greedy_walk(selector, terms, unary, candidates, anchor)
+        return Selection(drafts, candidates, scores_all, mx.argmax(logits32, axis=-1), None, after)
     keys = mx.random.split(key, terms.shape[0])
     prev = mx.array([anchor])
     picks, scores = [], []
@@ -150,10 +153,11 @@ def select(selector: CandidateSelector, hidden: mx.array, logits: mx.array, anch
 
 
 def _greedy_walk(selector: CandidateSelector, terms: mx.array, unary: mx.array, candidates: mx.array,
-                 anchor: int) -> tuple[mx.array, mx.array]:
+                 anchor: int) -> tuple[mx.array, mx.array, np.ndarray]:
     """The T = 0 walk with every score it could need computed at once, then walked on the host: a
     step's scores are the K x K transition row of the previous pick. A loop of tiny array ops costs
-    about 100 dispatches a block, which is most of the selector's time on a small drafter."""
+    about 100 dispatches a block, which is most of the selector's time on a small drafter. Also
+    returns every transition (Selection.after)."""
     T = terms.shape[0]
     first = unary[0] + terms[0] @ selector.predecessor(mx.array([anchor]))[0]  # (K,)
     # trans[t - 1, j, k]: the score of candidate k at t after candidate j at t - 1
@@ -167,7 +171,8 @@ def _greedy_walk(selector: CandidateSelector, terms: mx.array, unary: mx.array, 
         rows.append(trans[t - 1, j])
         j = int(np.argmax(rows[-1]))
         picks.append(ids[t, j])
-    return mx.array(np.array(picks, dtype=np.int32)), mx.array(np.stack(rows))
+    after = np.concatenate([np.broadcast_to(first, (1, *trans.shape[1:])), trans])
+    return mx.array(np.array(picks, dtype=np.int32)), mx.array(np.stack(rows)), after
 
 
 class DFlash2Drafter(DFlashDrafter):

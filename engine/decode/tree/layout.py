@@ -64,47 +64,60 @@ class DraftTree:
         return path[::-1]
 
 
-def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chain: int = 0) -> DraftTree:
+def build_tree(anchor: int, ids: np.ndarray, logq: np.ndarray, budget: int, chain: int = 0,
+               follow: Optional[np.ndarray] = None) -> DraftTree:
     """Best-first tree of at most `budget` draft nodes. ids[d, r] is the drafter's rank-r token for
     depth d + 1, logq[d, r] its score (descending along r; -inf: never taken). Prefixes are scored by
     their summed logq and taken from a heap: each taken node offers its next sibling (rank r + 1 at
     its depth) and its first child (rank 0 at the next depth). `chain` greedy nodes go in first
-    (--tree auto: the chain it would verify), so the tree holds that much of it whatever the scores."""
-    depth_max, width = ids.shape
-    if logq.shape != ids.shape:
-        raise ValueError(f"tree candidates: ids {ids.shape} and log-probs {logq.shape} differ in shape.")
+    (--tree auto: the chain it would verify), so the tree holds that much of it whatever the scores.
+
+    Where a node's children depend on its own token (a DFlash2 selector scores each candidate after
+    its predecessor), ids and logq are (D, C, K): row [d, c] ranks the depth-d + 1 candidates after a
+    parent of context c, and follow[d, c, r] is the context that rank-r child gives its own children
+    (the root's context is 0)."""
+    if logq.shape != ids.shape or (follow is not None and follow.shape != ids.shape):
+        raise ValueError(f"tree candidates: ids {ids.shape}, log-probs {logq.shape} and contexts "
+                         f"{None if follow is None else follow.shape} differ in shape.")
+    if ids.ndim == 2:  # one row per depth, whatever the parent
+        ids, logq = ids[:, None, :], logq[:, None, :]
+    depth_max, _, width = ids.shape
+    contexts = (np.zeros(ids.shape, dtype=np.int64) if follow is None else follow).tolist()
     rows, ids = np.asarray(logq, dtype=np.float64).tolist(), np.asarray(ids).tolist()  # lists: cheap per item
-    tokens, parents, depths, lq, scores, ranks = [anchor], [-1], [0], [0.0], [0.0], [0]
+    tokens, parents, depths, lq, scores, ranks, context = [anchor], [-1], [0], [0.0], [0.0], [0], [0]
     heap: list[tuple[float, int, int, int, int]] = []
     order = 0
 
-    def offer(score: float, d: int, r: int, parent: int) -> None:
+    def offer(d: int, r: int, parent: int) -> None:
         nonlocal order
-        if d < depth_max and r < width and score > -math.inf:
-            heapq.heappush(heap, (-score, order, d, r, parent))
-            order += 1
+        if d < depth_max and r < width:
+            score = scores[parent] + rows[d][context[parent]][r]
+            if score > -math.inf:
+                heapq.heappush(heap, (-score, order, d, r, parent))
+                order += 1
 
     def take(d: int, r: int, parent: int) -> int:
-        tokens.append(ids[d][r])
+        c = context[parent]
+        tokens.append(ids[d][c][r])
         parents.append(parent)
         depths.append(d + 1)
-        lq.append(rows[d][r])
-        scores.append(scores[parent] + rows[d][r])
+        lq.append(rows[d][c][r])
+        scores.append(scores[parent] + rows[d][c][r])
         ranks.append(r)
-        node = len(tokens) - 1
-        offer(scores[parent] + (rows[d][r + 1] if r + 1 < width else -math.inf), d, r + 1, parent)
-        return node
+        context.append(contexts[d][c][r])
+        offer(d, r + 1, parent)
+        return len(tokens) - 1
 
     budget = max(0, int(budget))
     seeded = min(chain, budget, depth_max)
     node = 0
     for d in range(seeded):
         node = take(d, 0, node)
-    offer(scores[node] + (rows[seeded][0] if seeded < depth_max else -math.inf), seeded, 0, node)
+    offer(seeded, 0, node)
     while heap and len(tokens) - 1 < budget:
         _, _, d, r, parent = heapq.heappop(heap)
         node = take(d, r, parent)
-        offer(scores[node] + (rows[d + 1][0] if d + 1 < depth_max else -math.inf), d + 1, 0, node)
+        offer(d + 1, 0, node)
     return DraftTree(tokens=np.array(tokens, dtype=np.int64), parents=np.array(parents, dtype=np.int64),
                      depths=np.array(depths, dtype=np.int64), logq=np.array(lq, dtype=np.float32),
                      scores=np.array(scores, dtype=np.float32), ranks=np.array(ranks, dtype=np.int64))

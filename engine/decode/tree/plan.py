@@ -2,9 +2,10 @@
 with --tree auto, from the cost curve.
 
 Candidates per depth: a v1 drafter's head top-k (`ranked_candidates`); a DFlash2 drafter's selector
-candidates, ranked by the selector's scores. Those scores condition each position on the greedy
-chain's previous pick (the selector walks left to right), so they are exact along the chain only;
-a node off the chain is scored as if its parent were the chain's token at that depth.
+candidates, ranked by the selector's scores after each node's own parent (`selector_rows`: the
+selector scores a candidate after its predecessor, and the T = 0 walk has every such score), so
+a node off the greedy chain is scored as the selector would score it there. At T > 0 the tree is
+ranked by the walk's scores along its sampled chain.
 
 --tree auto keeps the chain's draft: the round drafts the positions auto verify length chose for a
 chain, so a tree costs no extra draft and is never deeper than the chain. Its tree is the whole
@@ -50,25 +51,48 @@ MIN_TIMED = 1.5  # ...or every other round while planning, until about two chain
 
 
 def candidates(proposal: Proposal, key: Optional[mx.array] = None, width: int = WIDTH
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, log-probs) (D, K) per depth, best first, from a drafter's proposal. At T > 0 (`key`) the
-    log-probs are still the ranked ones, which shape the tree, but the ids are K draws without
-    replacement from the distribution the drafts were sampled from (walk.sampled_candidates): what
-    the rejection sampling over siblings needs to stay exact."""
+               ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """(ids, log-probs, follow) per depth, best first, from a drafter's proposal, as build_tree takes
+    them: (D, K) and None, or, for a DFlash2 selector at T = 0, (D, K, K) ranked after each possible
+    predecessor (`selector_rows`). At T > 0 (`key`) the log-probs are still the ranked ones, which shape
+    the tree, but the ids are K draws without replacement from the distribution the drafts were
+    sampled from (walk.sampled_candidates): what the rejection sampling over siblings needs to stay
+    exact."""
     s = proposal.selection
     if key is not None:  # one evaluation for both: the ranked scores and the draws
         width = s.candidates.shape[-1] if s is not None else width
         ranked, drawn = top_candidates(proposal.logq, width), sampled_candidates(proposal.logq, width, key)
         mx.eval(ranked, drawn)
-        return best_first(*drawn)[0], best_first(*ranked)[1]
+        return best_first(*drawn)[0], best_first(*ranked)[1], None
     if s is None:
-        return ranked_candidates(proposal.logits, width)
-    logq = s.scores.astype(mx.float32)
-    logq = logq - mx.logsumexp(logq, axis=-1, keepdims=True)
-    order = mx.argsort(-logq, axis=-1)
-    ids, logq = mx.take_along_axis(s.candidates, order, axis=-1), mx.take_along_axis(logq, order, axis=-1)
-    mx.eval(ids, logq)
-    return np.array(ids, dtype=np.int64), np.array(logq, dtype=np.float64)
+        return (*ranked_candidates(proposal.logits, width), None)
+    return selector_rows(np.array(s.candidates, dtype=np.int64), s.after)
+
+
+def selector_rows(candidates: np.ndarray, after: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A DFlash2 selector's candidates (D, K) ranked after each predecessor: row [d, j] holds depth
+    d + 1's candidates by their log-softmaxed score after candidate j at depth d (`after`, from the T = 0
+    walk), and follow[d, j, r] the candidate index of its rank-r entry, the row its children read. So
+    every node of the tree is scored as the selector scores it after its own parent, not only the
+    greedy chain's. Equal scores keep candidate order, as the walk's argmax does: rank 0 all the way
+    down is the walk's drafts."""
+    scores = after.astype(np.float64)
+    top = scores.max(axis=-1, keepdims=True)
+    logq = scores - (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))
+    follow = np.argsort(-logq, axis=-1, kind="stable")
+    ids = np.take_along_axis(np.broadcast_to(candidates[:, None, :], logq.shape), follow, axis=-1)
+    return ids, np.take_along_axis(logq, follow, axis=-1), follow
+
+
+def chain_logq(logq: np.ndarray, follow: Optional[np.ndarray]) -> np.ndarray:
+    """The greedy chain's log-probs per depth (rank 0 after rank 0 from the root)."""
+    if follow is None:
+        return logq[:, 0]
+    out, context = [], 0
+    for d in range(logq.shape[0]):
+        out.append(logq[d, context, 0])
+        context = int(follow[d, context, 0])
+    return np.array(out)
 
 
 def first_nodes(tree: DraftTree, n: int) -> DraftTree:
@@ -173,15 +197,15 @@ class TreePlanner:
         """The round's tree, or None for the chain (all of its drafts). `proposal` holds the drafter's
         block, evaluated here; `key` (T > 0) draws the tree's tokens. The tree's shape and whether it
         is verified at all depend on the drafter's scores, never on the draws."""
-        ids, logq = candidates(proposal, key)
+        ids, logq, follow = candidates(proposal, key)
         depth = ids.shape[0]
         if not self.sizes_by_curve:
-            return build_tree(anchor, ids, logq, self.budget or depth)
+            return build_tree(anchor, ids, logq, self.budget or depth, follow=follow)
         verify = np.array(self.at.verify_ms)
-        most = max(depth, min(len(verify) - 1, depth + (self.budget or depth * ids.shape[1])))
-        tree = build_tree(anchor, ids, logq, most, chain=depth)  # the chain, then its second choices
+        most = max(depth, min(len(verify) - 1, depth + (self.budget or depth * ids.shape[-1])))
+        tree = build_tree(anchor, ids, logq, most, chain=depth, follow=follow)  # the chain, then second choices
         main, side = self.rates()
-        self.chain_q = np.exp(np.cumsum(logq[:, 0]))  # the chance the chain's draft j is reached and taken
+        self.chain_q = np.exp(np.cumsum(chain_logq(logq, follow)))  # the chance the chain's draft j is reached and taken
         rows = 1 + depth  # the anchor and the chain; second choices after them, best first
         value = 1.0 + main * self.chain_q.sum() + np.concatenate(
             [[0.0], np.cumsum(np.exp(tree.scores[rows:].astype(np.float64)) * side)])
