@@ -70,7 +70,7 @@ class RowAngles:
         kind of rope, a traditional one, a partial one, a GPU's rope kernel, or not exact here)."""
         if type(rope) is not nn.RoPE or rope.traditional or x.ndim != 4 or rope.dims != x.shape[-1] or rope.dims % 2:
             return None
-        key = (rope.dims, float(rope.base), float(rope.scale), x.shape[1], x.dtype)
+        key = (rope.dims, rope.base, rope.scale, x.shape[1], x.dtype)
         if key not in self._tables:
             table = None
             if mx.default_device() == mx.cpu and rotation_is_exact(rope, x.dtype):
