@@ -1,15 +1,9 @@
 """RoPE with a position per query row, for a draft tree's verify (node i at the prefix plus its depth).
 
 The general way (`RowRoPE`'s fallback): the rows go to the batch axis and the layer's own rope
-rotates each at its position (MLX's rope takes one offset per batch entry).
-
-On the CPU MLX has no rope kernel: `mx.fast.rope` is a graph of about thirty ops per call (the
-angles from the positions, their cosines and sines, then the rotation), and a verify calls it twice
-in every layer over the same positions. For a plain `nn.RoPE` there, `RowAngles` makes the
-cosines and sines once per verify, by rotating a basis vector with that rope at the rows' positions
-(so they are its own values, bit for bit), and each call does only the rotation: the rope's
-arithmetic on the same values, so the same bits. A one-time check per rope and dtype
-(`rotation_is_exact`) holds the two equal on this MLX before the short way is taken.
+rotates each at its position (MLX's rope takes one offset per batch entry). On the CPU, for a plain
+`nn.RoPE`, `RowAngles` makes the cosines and sines once per verify and each layer only rotates
+(kernels/cpu_rope.py: the rope's own bits, checked once per rope and dtype).
 """
 
 from __future__ import annotations
@@ -20,73 +14,37 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.errors import DFlashError
-
-# (dims, base, scale, dtype): whether the short rotation equals nn.RoPE's bit for bit here
-_EXACT: dict[tuple, bool] = {}
-
-
-def _rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
-    """x rotated as MLX's non-traditional rope rotates it, given its cosines and sines (x's shape
-    with half the last axis): halves (a, b) become (a cos - b sin, a sin + b cos)."""
-    half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]
-    return mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-
-
-def _angles(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.array]:
-    """(cos, sin) (1, 1, N, dims / 2) of `rope` at each of the N positions, as the rope itself makes
-    them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
-    half = rope.dims // 2
-    basis = mx.concatenate([mx.ones((half,), dtype=dtype), mx.zeros((half,), dtype=dtype)])
-    turned = rope(mx.broadcast_to(basis, (positions.shape[0], 1, 1, rope.dims)), offset=positions)
-    turned = turned.reshape(1, 1, positions.shape[0], rope.dims)
-    return turned[..., :half], turned[..., half:]
-
-
-def rotation_is_exact(rope: nn.RoPE, dtype) -> bool:
-    """Whether `_rotate` with `_angles` gives nn.RoPE's output bit for bit for this rope and dtype on
-    the CPU (checked once, on random rows at positions far apart)."""
-    key = (rope.dims, float(rope.base), float(rope.scale), dtype)
-    if key not in _EXACT:
-        positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
-        x = (mx.random.normal((1, 3, positions.shape[0], rope.dims), key=mx.random.key(0)) * 4).astype(dtype)
-        cos, sin = _angles(rope, positions, dtype)
-        short = _rotate(x, mx.broadcast_to(cos, (1, 3, *cos.shape[2:])), mx.broadcast_to(sin, (1, 3, *sin.shape[2:])))
-        stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        _EXACT[key] = bool(mx.array_equal(short, stock).item())
-    return _EXACT[key]
+from kernels.cpu_rope import angles, rotate, rotates, stock_rope
 
 
 class RowAngles:
-    """One verify's row positions and, per head count and dtype, the cosines and sines a plain rope
-    rotates them by (made at the first layer that asks, shared by the rest)."""
+    """One verify's row positions and, per rope and dtype, the cosines and sines a plain rope rotates
+    them by (made at the first layer that asks, shared by the rest)."""
 
     def __init__(self, positions: mx.array):
         self.positions = positions
         self._tables: dict[tuple, Optional[tuple[mx.array, mx.array]]] = {}
 
     def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array]]:
-        """(cos, sin) broadcast to x's heads, or None where the short rotation does not apply (another
-        kind of rope, a traditional one, a partial one, a GPU's rope kernel, or not exact here)."""
-        if type(rope) is not nn.RoPE or rope.traditional or x.ndim != 4 or rope.dims != x.shape[-1] or rope.dims % 2:
+        """(cos, sin), or None where the short rotation does not apply (another kind of rope, a
+        traditional one, a partial one, a GPU's rope kernel, or not exact here)."""
+        if mx.default_device() != mx.cpu or not rotates(rope, x):
             return None
-        key = (rope.dims, rope.base, rope.scale, x.shape[1], x.dtype)
+        key = (rope.dims, float(rope.base), float(rope.scale), x.dtype)
         if key not in self._tables:
-            table = None
-            if mx.default_device() == mx.cpu and rotation_is_exact(rope, x.dtype):
-                shape = (1, x.shape[1], x.shape[2], rope.dims // 2)
-                table = tuple(mx.broadcast_to(t, shape) for t in _angles(rope, self.positions, x.dtype))
-            self._tables[key] = table
+            self._tables[key] = angles(rope, self.positions, x.dtype)
         return self._tables[key]
 
 
 class RowRoPE(nn.Module):
-    """A layer's RoPE with its own position per query row. Made once per run for each layer; a verify
-    sets `angles` (its rows' positions) while it runs."""
+    """A layer's RoPE with its own position per query row. Made once per run for each layer (`held`:
+    the layer's own rope module, put back after each verify); a verify sets `angles` (its rows'
+    positions) while it runs."""
 
     def __init__(self, rope: nn.Module):
         super().__init__()
-        self.rope = rope
+        self.held = rope
+        self.rope = stock_rope(rope)
         self.angles: Optional[RowAngles] = None
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
@@ -97,4 +55,4 @@ class RowRoPE(nn.Module):
         table = self.angles.table(self.rope, x)
         if table is None:
             return self.rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        return _rotate(x, *table)
+        return rotate(x, *table)

@@ -27,6 +27,7 @@ from engine.decode.tree.rope import RowAngles, RowRoPE
 from engine.errors import DFlashError
 from engine.models.gdn_tape import gdn_layers, instrument
 from engine.models.gdn_tree import TreeRows, commit_path, tree_block
+from kernels.cpu_rope import rope_holders
 
 
 def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
@@ -45,7 +46,7 @@ def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
 
 
 def _rope_holders(model: nn.Module) -> list[nn.Module]:
-    holders = [m for m in model.modules() if isinstance(m.get("rope") if isinstance(m, dict) else None, nn.Module)]
+    holders = rope_holders(model)
     if not holders:
         raise DFlashError(f"tree verify: target model type '{getattr(model, 'model_type', type(model).__name__)}' "
                           "has no attention layer with a `rope` of its own to place the tree's positions.")
@@ -97,7 +98,7 @@ class TreeVerifier:
                 yield
         finally:
             for h, row_rope in zip(self.holders, self.row_ropes):
-                h.rope, row_rope.angles = row_rope.rope, None
+                h.rope, row_rope.angles = row_rope.held, None
             for c in self.kv:
                 c.__dict__.pop("make_mask", None)
 
