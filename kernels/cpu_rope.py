@@ -65,20 +65,23 @@ def rotates(rope: nn.Module, x: mx.array) -> bool:
 
 
 class BlockAngles:
-    """The cosines and sines of the last block of positions, per rope and dtype: the first attention
-    layer of a forward makes them, the others reuse them."""
+    """The cosines and sines of the latest blocks of positions, per rope and dtype: the first layer of a
+    forward that asks makes them, the other layers reuse them (a drafter's layer rotates two blocks:
+    the new context rows and its own)."""
+
+    KEPT = 4  # blocks kept; a forward's tables are made again when more were asked for since
 
     def __init__(self):
-        self._last: dict[tuple, tuple[int, int, mx.array, mx.array]] = {}
+        self._tables: dict[tuple, tuple[mx.array, mx.array]] = {}
 
     def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array]:
-        key, rows = (rope.dims, float(rope.base), float(rope.scale), x.dtype), x.shape[-2]
-        last = self._last.get(key)
-        if last is None or last[:2] != (offset, rows):
-            positions = mx.arange(offset, offset + rows, dtype=mx.int32)
-            last = (offset, rows, *angles(rope, positions, x.dtype))
-            self._last[key] = last
-        return last[2], last[3]
+        key = (rope.dims, float(rope.base), float(rope.scale), x.dtype, offset, x.shape[-2])
+        if key not in self._tables:
+            if len(self._tables) >= self.KEPT:
+                self._tables.clear()
+            positions = mx.arange(offset, offset + x.shape[-2], dtype=mx.int32)
+            self._tables[key] = angles(rope, positions, x.dtype)
+        return self._tables[key]
 
 
 class BlockRoPE(nn.Module):

@@ -38,7 +38,8 @@ def test_blocks_get_the_ropes_own_bits_and_share_one_table(dims, base, dtype):
                 x = _heads(rng, heads, rows, dims, dtype)
                 out = layer(x, offset=offset)
                 assert out.dtype == dtype and mx.array_equal(out, rope(x, offset=offset)).item()
-        assert len(shared._last) == 1 and shared._last[(dims, base, 1.0, dtype)][:2] == (offset, rows)
+        assert list(shared._tables)[-1] == (dims, base, 1.0, dtype, offset, rows)  # made once for every layer
+    assert len(shared._tables) == 3
 
 
 def test_one_row_and_offsets_per_row_go_to_the_rope():
@@ -49,7 +50,7 @@ def test_one_row_and_offsets_per_row_go_to_the_rope():
     rows = _heads(np.random.default_rng(1), 4, 3, 32, mx.float32).swapaxes(0, 2)  # rows on the batch axis
     offsets = mx.array([3, 9, 4])
     assert mx.array_equal(layer(rows, offset=offsets), rope(rows, offset=offsets)).item()
-    assert not shared._last  # neither made a table
+    assert not shared._tables  # neither made a table
 
 
 @pytest.mark.parametrize("rope", [nn.RoPE(32, traditional=True), nn.RoPE(16),
@@ -59,7 +60,7 @@ def test_one_row_and_offsets_per_row_go_to_the_rope():
 def test_other_ropes_are_their_own(rope):
     layer, x = BlockRoPE(rope, BlockAngles()), _heads(np.random.default_rng(2), 4, 6, 32, mx.float32)
     assert mx.array_equal(layer(x, offset=40), rope(x, offset=40)).item()
-    assert not layer.shared._last
+    assert not layer.shared._tables
 
 
 def test_a_rotation_off_by_a_bit_is_not_taken(monkeypatch):
@@ -71,10 +72,10 @@ def test_a_rotation_off_by_a_bit_is_not_taken(monkeypatch):
     layer = BlockRoPE(rope, BlockAngles())
     x = _heads(np.random.default_rng(3), 2, 8, 32, mx.float32)
     assert not cpu_rope.rotation_is_exact(rope, mx.float32)
-    assert mx.array_equal(layer(x, offset=100), rope(x, offset=100)).item() and not layer.shared._last
+    assert mx.array_equal(layer(x, offset=100), rope(x, offset=100)).item() and not layer.shared._tables
 
 
-def test_a_cpu_target_has_its_ropes_wrapped_and_back_without_kernels(qwen3_tied_dirs, monkeypatch):
+def test_a_cpu_pair_has_its_ropes_wrapped_and_back_without_kernels(qwen3_tied_dirs, monkeypatch):
     pair = load_pair(*qwen3_tied_dirs)
     ropes = [m.rope for m in rope_holders(pair.target)]
     assert len(ropes) == len(pair.target.layers) and all(isinstance(r, BlockRoPE) for r in ropes)
@@ -83,6 +84,9 @@ def test_a_cpu_target_has_its_ropes_wrapped_and_back_without_kernels(qwen3_tied_
     assert all(type(m.rope.rope) is nn.RoPE for m in rope_holders(pair.target))
     install_block_ropes(pair.target, on=False)
     assert all(type(m.rope) is nn.RoPE for m in rope_holders(pair.target))
+    drafter_ropes = [m.rope for m in rope_holders(pair.drafter)]
+    assert drafter_ropes and all(isinstance(r, BlockRoPE) for r in drafter_ropes)
     monkeypatch.setenv("DFLASH_NO_CPU_KERNELS", "1")
     plain = load_pair(*qwen3_tied_dirs)
-    assert all(type(m.rope) is nn.RoPE for m in rope_holders(plain.target)) and not plain.cpu_kernels
+    assert all(type(m.rope) is nn.RoPE for m in rope_holders(plain.target) + rope_holders(plain.drafter))
+    assert not plain.cpu_kernels

@@ -79,3 +79,9 @@ def install_kernels(model: nn.Module, device: mx.Device) -> list[str]:
     if install_block_ropes(model, on=wanted is CPU_DISPATCHERS):  # per layer: a rope is a module, not a name
         installed.append(f"{type(model).__module__}.rope")
     return installed
+
+
+def install_drafter_kernels(drafter: nn.Module, device: mx.Device) -> None:
+    """A drafter's attention ropes rotate its blocks by shared angles on the CPU, as the target's do
+    (an inference drafter: a trainer's keeps its own)."""
+    install_block_ropes(drafter, on=dispatchers_for(device) is CPU_DISPATCHERS)
