@@ -7,7 +7,7 @@ twice in every attention layer over the same positions. For a plain, non-traditi
 the rows' positions (so they are its own values, bit for bit), and each call only rotates: the
 rope's arithmetic on the same values, so the same bits. A one-time check per rope and dtype
 (`rotation_is_exact`) holds the two equal on this MLX before the short way is taken. What it saves:
-docs/performance.md, "RoPE on the CPU".
+docs/performance.md, "RoPE angles once per block".
 
 `BlockRoPE` (engine/models/kernel_dispatch.py puts it in a target's attention layers on the CPU)
 takes blocks of consecutive rows: verifies and prefill chunks. A one-token step keeps the rope
