@@ -25,20 +25,18 @@ from kernels.gated_delta_ref import _decay_innovation, _per_value_head, _update_
 
 
 def ancestor_matrix(parents: np.ndarray) -> np.ndarray:
-    """(N, N) booleans: [i, j] when node j is node i or one of its ancestors. Built a generation at a
-    time (every node's next ancestor at once), so its host work is the tree's depth, not its size."""
+    """(N, N) booleans: [i, j] when node j is node i or one of its ancestors. A node's row is its
+    parent's row and itself (parents come first): one row copy per node, cheaper on the host than a
+    pass of array ops per generation at the few dozen nodes a tree has."""
     parents = np.asarray(parents, dtype=np.int64)
     n = len(parents)
-    late = np.flatnonzero(parents >= np.arange(n))
-    if late.size:
-        node = int(late[0])
-        raise ValueError(f"tree: node {node}'s parent {int(parents[node])} does not come before it.")
     seen = np.zeros((n, n), dtype=bool)
-    rows, up = np.arange(n), np.arange(n)
-    while rows.size:
-        seen[rows, up] = True
-        up = parents[up]
-        rows, up = rows[up >= 0], up[up >= 0]
+    for node, parent in enumerate(parents.tolist()):
+        if parent >= node:
+            raise ValueError(f"tree: node {node}'s parent {parent} does not come before it.")
+        if parent >= 0:
+            seen[node] = seen[parent]
+        seen[node, node] = True
     return seen
 
 

@@ -10,7 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.decode.cost_curve_data import CurveStore
-from engine.models.kernel_dispatch import install_kernels
+from engine.models.kernel_dispatch import install_drafter_kernels, install_kernels
 from engine.models.doctor import check_pair
 from engine.models.drafter import DFlashDrafter
 from engine.models.drafter_load import load_drafter
@@ -124,6 +124,7 @@ def _load_pair(target, drafter, progress, should_cancel, ranks: Ranks) -> Loaded
         stage("loading drafter", 0.8)
         pair.drafter_path = Path(report.facts["drafter"])
         pair.drafter = load_drafter(pair.drafter_path, head.dtype)
+        install_drafter_kernels(pair.drafter, STREAM.device)
         pair.taps = install_taps(model, pair.drafter.cfg.target_layer_ids,
                                  ranks.group if sharding == PIPELINE else None)
     if ranks.sharded:
@@ -144,7 +145,9 @@ def attach_drafter(pair: LoadedPair, drafter: str | Path) -> LoadedPair:
         raise IncompatiblePairError(report.problems[0])
     path = Path(report.facts["drafter"])
     with mx.stream(STREAM):
-        return replace(pair, drafter=load_drafter(path, pair.head.dtype), drafter_path=path, taps=None)
+        other = load_drafter(path, pair.head.dtype)
+    install_drafter_kernels(other, STREAM.device)
+    return replace(pair, drafter=other, drafter_path=path, taps=None)
 
 
 def activate(pair: LoadedPair) -> LoadedPair:

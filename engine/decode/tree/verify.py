@@ -3,11 +3,11 @@
 mlx-lm's attention layers take their RoPE offset and their mask from the cache: `self.rope(x,
 offset=cache.offset)`, and the model's `create_attention_mask(h, cache)` asks the cache's
 `make_mask`. For one forward `TreeVerifier.inputs` replaces both: each attention layer's RoPE places row i
-at the prefix plus node i's depth (the same MLX rope, one row per batch entry), and each cache's
-mask is the tree's ancestor-only one (with the layer's sliding window where it has one). Keys and
-values of all nodes enter the cache at consecutive slots; `compact` then moves the accepted path's
-rows to the slots after the prefix and drops the rest, so the cache is what AR over the accepted
-tokens would have left.
+at the prefix plus node i's depth (the layer's own rope; on the CPU its cosines made once per verify:
+engine/decode/tree/rope.py), and each cache's mask is the tree's ancestor-only one (with the layer's
+sliding window where it has one). Keys and values of all nodes enter the cache at consecutive slots;
+`compact` then moves the accepted path's rows to the slots after the prefix and drops the rest, so
+the cache is what AR over the accepted tokens would have left.
 
 Hybrid targets too: a GatedDeltaNet layer steps each node from its parent's state and reads its
 ancestors' conv rows (engine/models/gdn_tree.py); `compact` gives it the state after the accepted
@@ -23,24 +23,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.decode.tree.layout import DraftTree, attention_mask
+from engine.decode.tree.rope import RowAngles, RowRoPE
 from engine.errors import DFlashError
 from engine.models.gdn_tape import gdn_layers, instrument
 from engine.models.gdn_tree import TreeRows, commit_path, tree_block
-
-
-class RowRoPE(nn.Module):
-    """A layer's RoPE with its own position per query row: rows go to the batch axis, one position each."""
-
-    def __init__(self, rope: nn.Module, positions: mx.array):
-        super().__init__()
-        self.rope = rope
-        self.positions = positions
-
-    def __call__(self, x: mx.array, offset=0) -> mx.array:
-        if x.shape[0] != 1 or x.shape[-2] != self.positions.shape[0]:
-            raise DFlashError(f"tree verify: a batch of one over {self.positions.shape[0]} nodes was expected, "
-                              f"got attention input {tuple(x.shape)}.")
-        return self.rope(x.swapaxes(0, -2), offset=self.positions).swapaxes(0, -2)
+from kernels.cpu_rope import rope_holders
 
 
 def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
@@ -59,7 +46,7 @@ def tree_cache_refusal(model: nn.Module, cache: list) -> Optional[str]:
 
 
 def _rope_holders(model: nn.Module) -> list[nn.Module]:
-    holders = [m for m in model.modules() if isinstance(m.get("rope") if isinstance(m, dict) else None, nn.Module)]
+    holders = rope_holders(model)
     if not holders:
         raise DFlashError(f"tree verify: target model type '{getattr(model, 'model_type', type(model).__name__)}' "
                           "has no attention layer with a `rope` of its own to place the tree's positions.")
@@ -80,6 +67,7 @@ class TreeVerifier:
         self.kv = [c for i, c in enumerate(cache) if i not in recurrent]
         self.states = [c for i, c in enumerate(cache) if i in recurrent]
         self.holders = _rope_holders(model)
+        self.row_ropes = [RowRoPE(h.rope) for h in self.holders]
         if self.states:
             instrument(model)  # idempotent: the GatedDeltaNet layers take the tree's parents per node
 
@@ -99,17 +87,18 @@ class TreeVerifier:
                 masks[window_size] = attention_mask(tree, prefix, window_size, rows.seen)
             return masks[window_size]
 
-        ropes = [h.rope for h in self.holders]
+        angles = RowAngles(positions)
         try:
-            for h, rope in zip(self.holders, ropes):
-                h.rope = RowRoPE(rope, positions)
+            for h, row_rope in zip(self.holders, self.row_ropes):
+                row_rope.angles = angles
+                h.rope = row_rope
             for c in self.kv:
                 c.make_mask = make_mask
             with tree_block(rows):
                 yield
         finally:
-            for h, rope in zip(self.holders, ropes):
-                h.rope = rope
+            for h, row_rope in zip(self.holders, self.row_ropes):
+                h.rope, row_rope.angles = row_rope.held, None
             for c in self.kv:
                 c.__dict__.pop("make_mask", None)
 

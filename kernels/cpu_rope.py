@@ -1,0 +1,126 @@
+"""RoPE for blocks of rows on the CPU: the rope's own bits for a fraction of its ops.
+
+On the CPU MLX has no rope kernel: `mx.fast.rope` runs as a graph of about thirty ops per call
+(the angles from the positions, their cosines and sines, then the rotation), and a forward calls it
+twice in every attention layer over the same positions. For a plain, non-traditional `nn.RoPE`,
+`angles` makes the cosines and sines once per forward by rotating a basis vector with that rope at
+the rows' positions (so they are its own values, bit for bit), and each call only rotates: the
+rope's arithmetic on the same values, so the same bits. A one-time check per rope and dtype
+(`rotation_is_exact`) holds the two equal on this MLX before the short way is taken. What it saves:
+docs/performance.md, "RoPE angles once per block".
+
+`BlockRoPE` (engine/models/kernel_dispatch.py puts it in a target's attention layers on the CPU)
+takes blocks of consecutive rows: verifies and prefill chunks. A one-token step keeps the rope
+itself, so AR decoding runs as it did. A draft tree's verify (a position per row) rotates the
+same way: engine/decode/tree/rope.py.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+
+# (dims, base, scale, dtype): whether the short rotation equals nn.RoPE's bit for bit here
+_EXACT: dict[tuple, bool] = {}
+
+
+def rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
+    """x rotated as MLX's non-traditional rope rotates it, given its cosines and sines (broadcastable
+    to x's shape with half the last axis): halves (a, b) become (a cos - b sin, a sin + b cos)."""
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+
+
+def angles(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.array]:
+    """(cos, sin) (1, 1, N, dims / 2) of `rope` at each of the N positions, as the rope itself makes
+    them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
+    half = rope.dims // 2
+    basis = mx.concatenate([mx.ones((half,), dtype=dtype), mx.zeros((half,), dtype=dtype)])
+    turned = rope(mx.broadcast_to(basis, (positions.shape[0], 1, 1, rope.dims)), offset=positions)
+    turned = turned.reshape(1, 1, positions.shape[0], rope.dims)
+    return turned[..., :half], turned[..., half:]
+
+
+def rotation_is_exact(rope: nn.RoPE, dtype) -> bool:
+    """Whether `rotate` with `angles` gives nn.RoPE's output bit for bit for this rope and dtype on
+    the CPU (checked once, on random rows at positions far apart)."""
+    key = (rope.dims, float(rope.base), float(rope.scale), dtype)
+    if key not in _EXACT:
+        positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
+        x = (mx.random.normal((1, 3, positions.shape[0], rope.dims), key=mx.random.key(0)) * 4).astype(dtype)
+        short = rotate(x, *angles(rope, positions, dtype))
+        stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
+        _EXACT[key] = bool(mx.array_equal(short, stock).item())
+    return _EXACT[key]
+
+
+def rotates(rope: nn.Module, x: mx.array) -> bool:
+    """Whether `rope`'s rotation of x (batch, heads, rows, dims) may take the short way: a plain,
+    non-traditional rope over all of x's dims, exact here."""
+    return (type(rope) is nn.RoPE and not rope.traditional and x.ndim == 4 and rope.dims == x.shape[-1]
+            and rope.dims % 2 == 0 and rotation_is_exact(rope, x.dtype))
+
+
+class BlockAngles:
+    """The cosines and sines of the latest blocks of positions, per rope and dtype: the first layer of a
+    forward that asks makes them, the other layers reuse them (a drafter's layer rotates two blocks:
+    the new context rows and its own)."""
+
+    KEPT = 4  # blocks kept; a forward's tables are made again when more were asked for since
+
+    def __init__(self):
+        self._tables: dict[tuple, tuple[mx.array, mx.array]] = {}
+
+    def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array]:
+        key = (rope.dims, float(rope.base), float(rope.scale), x.dtype, offset, x.shape[-2])
+        if key not in self._tables:
+            if len(self._tables) >= self.KEPT:
+                self._tables.clear()
+            positions = mx.arange(offset, offset + x.shape[-2], dtype=mx.int32)
+            self._tables[key] = angles(rope, positions, x.dtype)
+        return self._tables[key]
+
+
+class BlockRoPE(nn.Module):
+    """A layer's rope on the CPU: a block of rows at consecutive positions from an int offset is
+    rotated by the forward's shared angles; anything else (one row, an array of offsets, a rope the
+    short way does not cover) goes to the rope itself."""
+
+    def __init__(self, rope: nn.Module, shared: BlockAngles):
+        super().__init__()
+        self.rope = rope
+        self.shared = shared
+
+    def __call__(self, x: mx.array, offset=0) -> mx.array:
+        if isinstance(offset, int) and x.ndim == 4 and x.shape[-2] > 1 and rotates(self.rope, x):
+            return rotate(x, *self.shared.table(self.rope, offset, x))
+        return self.rope(x, offset=offset)
+
+
+def stock_rope(rope: nn.Module) -> nn.Module:
+    """The rope a BlockRoPE wraps (any other rope as it is)."""
+    return rope.rope if isinstance(rope, BlockRoPE) else rope
+
+
+def rope_holders(model: nn.Module) -> list[nn.Module]:
+    """The modules of `model` with a rope of their own (its attention layers), BlockRoPEs left out."""
+    return [m for m in model.modules() if not isinstance(m, BlockRoPE)
+            and isinstance(m.get("rope") if isinstance(m, dict) else None, nn.Module)]
+
+
+def install_block_ropes(model: nn.Module, on: bool) -> int:
+    """Wrap every attention layer's rope of `model` in a BlockRoPE sharing one BlockAngles (on), or
+    unwrap them (off); the number of ropes wrapped."""
+    shared, wrapped = BlockAngles(), 0
+    for module in rope_holders(model):
+        rope = module.rope
+        stock = stock_rope(rope)
+        if on and type(stock) is nn.RoPE:
+            module.rope = BlockRoPE(stock, shared)
+            wrapped += 1
+        elif rope is not stock:
+            module.rope = stock
+    return wrapped
