@@ -25,22 +25,26 @@ from engine.errors import DFlashError
 _EXACT: dict[tuple, bool] = {}
 
 
-def _rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
-    """x rotated as MLX's non-traditional rope rotates it, given its cosines and sines (x's shape
-    with half the last axis): halves (a, b) become (a cos - b sin, a sin + b cos)."""
-    half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]
-    return mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+def _rotate(x: mx.array, cos: mx.array, sin: mx.array, swap: mx.array) -> mx.array:
+    """x rotated as MLX's non-traditional rope rotates it: halves (a, b) become (a cos - b sin,
+    a sin + b cos), here x * (cos, cos) + (b, a) * (-sin, sin), the same bits in four ops. cos, sin:
+    `_angles`, broadcast to x's shape; swap: the last axis' halves exchanged (`_swap`)."""
+    return x * cos + mx.take(x, swap, axis=-1) * sin
+
+
+def _swap(dims: int) -> mx.array:
+    half = dims // 2
+    return mx.concatenate([mx.arange(half, dims), mx.arange(half)]).astype(mx.int32)
 
 
 def _angles(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.array]:
-    """(cos, sin) (1, 1, N, dims / 2) of `rope` at each of the N positions, as the rope itself makes
-    them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
+    """((cos, cos), (-sin, sin)) (1, 1, N, dims) of `rope` at each of the N positions, as the rope
+    itself makes them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
     half = rope.dims // 2
     basis = mx.concatenate([mx.ones((half,), dtype=dtype), mx.zeros((half,), dtype=dtype)])
     turned = rope(mx.broadcast_to(basis, (positions.shape[0], 1, 1, rope.dims)), offset=positions)
-    turned = turned.reshape(1, 1, positions.shape[0], rope.dims)
-    return turned[..., :half], turned[..., half:]
+    cos, sin = (t.reshape(1, 1, positions.shape[0], half) for t in (turned[..., :half], turned[..., half:]))
+    return mx.concatenate([cos, cos], axis=-1), mx.concatenate([-sin, sin], axis=-1)
 
 
 def rotation_is_exact(rope: nn.RoPE, dtype) -> bool:
@@ -49,11 +53,11 @@ def rotation_is_exact(rope: nn.RoPE, dtype) -> bool:
     key = (rope.dims, float(rope.base), float(rope.scale), dtype)
     if key not in _EXACT:
         positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
-        x = (mx.random.normal((1, 3, positions.shape[0], rope.dims), key=mx.random.key(0)) * 4).astype(dtype)
-        cos, sin = _angles(rope, positions, dtype)
-        short = _rotate(x, mx.broadcast_to(cos, (1, 3, *cos.shape[2:])), mx.broadcast_to(sin, (1, 3, *sin.shape[2:])))
+        shape = (1, 3, positions.shape[0], rope.dims)
+        x = (mx.random.normal(shape, key=mx.random.key(0)) * 4).astype(dtype)
+        cos, sin = (mx.broadcast_to(t, shape) for t in _angles(rope, positions, dtype))
         stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        _EXACT[key] = bool(mx.array_equal(short, stock).item())
+        _EXACT[key] = bool(mx.array_equal(_rotate(x, cos, sin, _swap(rope.dims)), stock).item())
     return _EXACT[key]
 
 
@@ -63,10 +67,10 @@ class RowAngles:
 
     def __init__(self, positions: mx.array):
         self.positions = positions
-        self._tables: dict[tuple, Optional[tuple[mx.array, mx.array]]] = {}
+        self._tables: dict[tuple, Optional[tuple[mx.array, mx.array, mx.array]]] = {}
 
-    def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array]]:
-        """(cos, sin) broadcast to x's heads, or None where the short rotation does not apply (another
+    def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array, mx.array]]:
+        """`_rotate`'s (cos, sin, swap) for x (cos and sin broadcast to its heads), or None where the short rotation does not apply (another
         kind of rope, a traditional one, a partial one, a GPU's rope kernel, or not exact here)."""
         if type(rope) is not nn.RoPE or rope.traditional or x.ndim != 4 or rope.dims != x.shape[-1] or rope.dims % 2:
             return None
@@ -74,8 +78,8 @@ class RowAngles:
         if key not in self._tables:
             table = None
             if mx.default_device() == mx.cpu and rotation_is_exact(rope, x.dtype):
-                shape = (1, x.shape[1], x.shape[2], rope.dims // 2)
-                table = tuple(mx.broadcast_to(t, shape) for t in _angles(rope, self.positions, x.dtype))
+                cos, sin = (mx.broadcast_to(t, x.shape) for t in _angles(rope, self.positions, x.dtype))
+                table = (cos, sin, _swap(rope.dims))
             self._tables[key] = table
         return self._tables[key]
 
