@@ -4,9 +4,10 @@ On the CPU MLX has no rope kernel: `mx.fast.rope` runs as a graph of about thirt
 (the angles from the positions, their cosines and sines, then the rotation), and a forward calls it
 twice in every attention layer over the same positions. For a plain, non-traditional `nn.RoPE`,
 `angles` makes the cosines and sines once per forward by rotating a basis vector with that rope at
-the rows' positions (so they are its own values, bit for bit), and each call only rotates: the
-rope's arithmetic on the same values, so the same bits. A one-time check per rope and dtype
-(`rotation_is_exact`) holds the two equal on this MLX before the short way is taken. What it saves:
+the rows' positions (so they are its own values, bit for bit), and each call only rotates, in four
+ops: the rope's arithmetic on the same values, so the same bits (a partial rope's other features
+pass as they are). A one-time check per rope, dtype and head width (`rotation_is_exact`) holds the
+two equal on this MLX before the short way is taken. What it saves:
 docs/performance.md, "RoPE angles once per block".
 
 `BlockRoPE` (engine/models/kernel_dispatch.py puts it in a target's attention layers on the CPU)
@@ -22,65 +23,83 @@ from typing import Optional
 import mlx.core as mx
 import mlx.nn as nn
 
-# (dims, base, scale, dtype): whether the short rotation equals nn.RoPE's bit for bit here
+# (dims, base, scale, dtype, head width): whether the short rotation equals nn.RoPE's bit for bit here
 _EXACT: dict[tuple, bool] = {}
 
 
-def rotate(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
-    """x rotated as MLX's non-traditional rope rotates it, given its cosines and sines (broadcastable
-    to x's shape with half the last axis): halves (a, b) become (a cos - b sin, a sin + b cos)."""
-    half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]
-    return mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+def rotate(x: mx.array, cos: mx.array, sin: mx.array, swap: mx.array) -> mx.array:
+    """x rotated as MLX's non-traditional rope rotates it: the rotated part's halves (a, b) become
+    (a cos - b sin, a sin + b cos), here x * (cos, cos) + (b, a) * (-sin, sin), the same bits in four
+    ops; a partial rope's other features pass as they are. cos, sin: `angles`; swap: the rotated
+    part's halves exchanged (`halves_swapped`)."""
+    dims = cos.shape[-1]
+    if dims == x.shape[-1]:
+        return x * cos + mx.take(x, swap, axis=-1) * sin
+    part = x[..., :dims]
+    return mx.concatenate([part * cos + mx.take(part, swap, axis=-1) * sin, x[..., dims:]], axis=-1)
+
+
+def halves_swapped(dims: int) -> mx.array:
+    half = dims // 2
+    return mx.concatenate([mx.arange(half, dims), mx.arange(half)]).astype(mx.int32)
 
 
 def angles(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.array]:
-    """(cos, sin) (1, 1, N, dims / 2) of `rope` at each of the N positions, as the rope itself makes
-    them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
+    """((cos, cos), (-sin, sin)) (1, 1, N, dims) of `rope` at each of the N positions, as the rope
+    itself makes them: its rotation of (1, ..., 1, 0, ..., 0) is (cos, sin)."""
     half = rope.dims // 2
     basis = mx.concatenate([mx.ones((half,), dtype=dtype), mx.zeros((half,), dtype=dtype)])
     turned = rope(mx.broadcast_to(basis, (positions.shape[0], 1, 1, rope.dims)), offset=positions)
-    turned = turned.reshape(1, 1, positions.shape[0], rope.dims)
-    return turned[..., :half], turned[..., half:]
+    cos, sin = (t.reshape(1, 1, positions.shape[0], half) for t in (turned[..., :half], turned[..., half:]))
+    return mx.concatenate([cos, cos], axis=-1), mx.concatenate([-sin, sin], axis=-1)
 
 
-def rotation_is_exact(rope: nn.RoPE, dtype) -> bool:
-    """Whether `rotate` with `angles` gives nn.RoPE's output bit for bit for this rope and dtype on
-    the CPU (checked once, on random rows at positions far apart)."""
-    key = (rope.dims, float(rope.base), float(rope.scale), dtype)
+def rotation_is_exact(rope: nn.RoPE, dtype, width: int) -> bool:
+    """Whether `rotate` with `angles` gives nn.RoPE's output bit for bit for this rope, dtype and head
+    width on the CPU (checked once, on random rows at positions far apart)."""
+    key = (rope.dims, float(rope.base), float(rope.scale), dtype, width)
     if key not in _EXACT:
         positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
-        x = (mx.random.normal((1, 3, positions.shape[0], rope.dims), key=mx.random.key(0)) * 4).astype(dtype)
-        short = rotate(x, *angles(rope, positions, dtype))
+        shape = (1, 3, positions.shape[0], width)
+        x = (mx.random.normal(shape, key=mx.random.key(0)) * 4).astype(dtype)
+        cos, sin = (mx.broadcast_to(t, (*shape[:-1], rope.dims)) for t in angles(rope, positions, dtype))
         stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        _EXACT[key] = bool(mx.array_equal(short, stock).item())
+        _EXACT[key] = bool(mx.array_equal(rotate(x, cos, sin, halves_swapped(rope.dims)), stock).item())
     return _EXACT[key]
 
 
 def rotates(rope: nn.Module, x: mx.array) -> bool:
-    """Whether `rope`'s rotation of x (batch, heads, rows, dims) may take the short way: a plain,
-    non-traditional rope over all of x's dims, exact here."""
-    return (type(rope) is nn.RoPE and not rope.traditional and x.ndim == 4 and rope.dims == x.shape[-1]
-            and rope.dims % 2 == 0 and rotation_is_exact(rope, x.dtype))
+    """Whether `rope`'s rotation of x (batch, heads, rows, width) may take the short way here: a plain,
+    non-traditional nn.RoPE over an even number of x's features, on the CPU (a GPU has a rope
+    kernel), exact for this dtype and width."""
+    return (type(rope) is nn.RoPE and not rope.traditional and x.ndim == 4 and rope.dims % 2 == 0
+            and rope.dims <= x.shape[-1] and mx.default_device() == mx.cpu
+            and rotation_is_exact(rope, x.dtype, x.shape[-1]))
+
+
+def table_for(rope: nn.RoPE, positions: mx.array, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """`rotate`'s (cos, sin, swap) for x's shape at these positions (one per row)."""
+    shape = (*x.shape[:-1], rope.dims)
+    cos, sin = (mx.broadcast_to(t, shape) for t in angles(rope, positions, x.dtype))
+    return cos, sin, halves_swapped(rope.dims)
 
 
 class BlockAngles:
-    """The cosines and sines of the latest blocks of positions, per rope and dtype: the first layer of a
-    forward that asks makes them, the other layers reuse them (a drafter's layer rotates two blocks:
+    """`rotate`'s tables for the latest blocks of positions, per rope and x's shape: the first layer of
+    a forward that asks makes them, the other layers reuse them (a drafter's layer rotates two blocks:
     the new context rows and its own)."""
 
-    KEPT = 4  # blocks kept; a forward's tables are made again when more were asked for since
+    KEPT = 8  # tables kept; a forward's are made again when more were asked for since
 
     def __init__(self):
-        self._tables: dict[tuple, tuple[mx.array, mx.array]] = {}
+        self._tables: dict[tuple, tuple[mx.array, mx.array, mx.array]] = {}
 
-    def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array]:
-        key = (rope.dims, float(rope.base), float(rope.scale), x.dtype, offset, x.shape[-2])
+    def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        key = (rope.dims, float(rope.base), float(rope.scale), x.shape, x.dtype, offset)
         if key not in self._tables:
             if len(self._tables) >= self.KEPT:
                 self._tables.clear()
-            positions = mx.arange(offset, offset + x.shape[-2], dtype=mx.int32)
-            self._tables[key] = angles(rope, positions, x.dtype)
+            self._tables[key] = table_for(rope, mx.arange(offset, offset + x.shape[-2], dtype=mx.int32), x)
         return self._tables[key]
 
 
@@ -118,7 +137,7 @@ def install_block_ropes(model: nn.Module, on: bool) -> int:
     for module in rope_holders(model):
         rope = module.rope
         stock = stock_rope(rope)
-        if on and type(stock) is nn.RoPE:
+        if on and type(stock) is nn.RoPE and not stock.traditional:
             module.rope = BlockRoPE(stock, shared)
             wrapped += 1
         elif rope is not stock:

@@ -11,13 +11,13 @@ import pytest
 from mlx_lm.models.rope_utils import Llama3RoPE
 
 from engine.decode.tree.rope import RowAngles, RowRoPE
-from kernels import cpu_rope
 from engine.errors import DFlashError
+from kernels import cpu_rope
 
 
-def _rows(rng, heads, n, dims, dtype):
-    """(1, heads, n, dims) as an attention layer hands its queries to the rope: a transposed view."""
-    x = mx.array(rng.normal(size=(1, n, heads, dims)).astype(np.float32) * 3).astype(dtype)
+def _rows(rng, heads, n, width, dtype):
+    """(1, heads, n, width) as an attention layer hands its queries to the rope: a transposed view."""
+    x = mx.array(rng.normal(size=(1, n, heads, width)).astype(np.float32) * 3).astype(dtype)
     return x.transpose(0, 2, 1, 3)
 
 
@@ -31,27 +31,29 @@ def fresh_checks(monkeypatch):
     monkeypatch.setattr(cpu_rope, "_EXACT", {})
 
 
-@pytest.mark.parametrize("dims,base,dtype", [(32, 10000.0, mx.float32), (64, 1e6, mx.float32),
-                                             (128, 5e5, mx.bfloat16), (16, 10000.0, mx.float16)])
-def test_the_short_rotation_gives_the_ropes_own_bits(dims, base, dtype):
-    rng = np.random.default_rng(dims)
+@pytest.mark.parametrize("dims,width,base,dtype", [(32, 32, 10000.0, mx.float32), (64, 64, 1e6, mx.float32),
+                                                   (128, 128, 5e5, mx.bfloat16), (16, 16, 10000.0, mx.float16),
+                                                   (8, 32, 10000.0, mx.float32)], ids=lambda v: str(v))
+def test_the_short_rotation_gives_the_ropes_own_bits(dims, width, base, dtype):
+    """Full and partial ropes (8 of 32 features: the hybrid demo target's)."""
+    rng = np.random.default_rng(dims + width)
     rope = nn.RoPE(dims, base=base)
     positions = (rng.integers(0, 3000) + np.sort(rng.integers(0, 12, size=17))).astype(np.int32)
     angles = RowAngles(mx.array(positions))
     row_rope = RowRoPE(rope)
     row_rope.angles = angles
     for heads in (8, 2, 8):  # queries and keys: one table per head count, reused by the next layer
-        x = _rows(rng, heads, len(positions), dims, dtype)
+        x = _rows(rng, heads, len(positions), width, dtype)
         out = row_rope(x)
         assert angles.table(rope, x) is not None  # the short way was taken
         assert out.dtype == dtype and mx.array_equal(out, _per_row(rope, x, positions)).item()
-    assert len(angles._tables) == 1  # one table for every layer's queries and keys
+    assert len(angles._tables) == 2
 
 
-@pytest.mark.parametrize("rope", [nn.RoPE(32, traditional=True), nn.RoPE(16),
+@pytest.mark.parametrize("rope", [nn.RoPE(32, traditional=True),
                                   Llama3RoPE(32, max_position_embeddings=2048, base=5e5,
                                              scaling_config={"factor": 8.0, "original_max_position_embeddings": 512})],
-                         ids=["traditional", "partial", "llama3"])
+                         ids=["traditional", "llama3"])
 def test_other_ropes_take_the_general_way(rope):
     rng = np.random.default_rng(1)
     positions = np.array([40, 41, 41, 42, 41, 43], dtype=np.int32)
@@ -68,7 +70,7 @@ def test_a_rotation_off_by_a_bit_is_not_taken(monkeypatch):
     made = cpu_rope.angles
     monkeypatch.setattr(cpu_rope, "angles", lambda *a: tuple(t * (1 + 1e-6) for t in made(*a)))
     rope = nn.RoPE(32)
-    assert not cpu_rope.rotation_is_exact(rope, mx.float32)
+    assert not cpu_rope.rotation_is_exact(rope, mx.float32, 32)
     positions = np.arange(100, 108, dtype=np.int32)
     row_rope = RowRoPE(rope)
     row_rope.angles = RowAngles(mx.array(positions))

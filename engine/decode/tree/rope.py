@@ -2,8 +2,8 @@
 
 The general way (`RowRoPE`'s fallback): the rows go to the batch axis and the layer's own rope
 rotates each at its position (MLX's rope takes one offset per batch entry). On the CPU, for a plain
-`nn.RoPE`, `RowAngles` makes the cosines and sines once per verify and each layer only rotates
-(kernels/cpu_rope.py: the rope's own bits, checked once per rope and dtype).
+`nn.RoPE` (a partial one too), `RowAngles` makes the cosines and sines once per verify and each layer
+only rotates (kernels/cpu_rope.py: the rope's own bits, checked once per rope, dtype and head width).
 """
 
 from __future__ import annotations
@@ -14,25 +14,23 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.errors import DFlashError
-from kernels.cpu_rope import angles, rotate, rotates, stock_rope
+from kernels.cpu_rope import rotate, rotates, stock_rope, table_for
 
 
 class RowAngles:
-    """One verify's row positions and, per rope and dtype, the cosines and sines a plain rope rotates
-    them by (made at the first layer that asks, shared by the rest)."""
+    """One verify's row positions and, per rope and x's shape, the tables a plain rope rotates them by
+    (made at the first layer that asks, shared by the rest)."""
 
     def __init__(self, positions: mx.array):
         self.positions = positions
-        self._tables: dict[tuple, Optional[tuple[mx.array, mx.array]]] = {}
+        self._tables: dict[tuple, Optional[tuple[mx.array, mx.array, mx.array]]] = {}
 
-    def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array]]:
-        """(cos, sin), or None where the short rotation does not apply (another kind of rope, a
-        traditional one, a partial one, a GPU's rope kernel, or not exact here)."""
-        if mx.default_device() != mx.cpu or not rotates(rope, x):
-            return None
-        key = (rope.dims, float(rope.base), float(rope.scale), x.dtype)
+    def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array, mx.array]]:
+        """`rotate`'s (cos, sin, swap) for x, or None where the short rotation does not stand in for
+        the rope (kernels.cpu_rope.rotates)."""
+        key = (rope.dims, rope.base, rope.scale, x.shape, x.dtype) if type(rope) is nn.RoPE else None
         if key not in self._tables:
-            self._tables[key] = angles(rope, self.positions, x.dtype)
+            self._tables[key] = table_for(rope, self.positions, x) if rotates(rope, x) else None
         return self._tables[key]
 
 
