@@ -47,7 +47,7 @@ def test_the_selector_learns_to_rescore(qwen3_tied_dirs, corpus_dir, tmp_path):
     import numpy as np
 
     trainer = make_trainer(qwen3_tied_dirs[0], corpus_dir, tmp_path / "d",
-                           replace(SMALL2, steps=400, batch=4, seq_len=64, lr=5e-3, warmup=5, eval_every=400))
+                           replace(SMALL2, steps=300, batch=4, seq_len=32, lr=5e-3, warmup=5, eval_every=400))
     trainer.run(checkpoint_every=100)
     emb, taps, anchors, labels, prev = trainer.batch(trainer.eval_tokens, np.random.default_rng(1), 4)
 
