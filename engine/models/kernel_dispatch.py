@@ -3,9 +3,10 @@
 mlx-lm's layers call module-level functions of their own model file (`swiglu` in the MLPs,
 `scaled_dot_product_attention` in the attention layers), so those names are replaced there
 with dispatchers. On the CPU: kernels/cpu_swiglu.py takes float32 blocks of several tokens
-(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks, and each
+(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks, each
 attention layer's rope is wrapped so that blocks of rows rotate by angles made once per forward
-(kernels/cpu_rope.py, the rope's own bits).
+(kernels/cpu_rope.py), and plain RMSNorm layers compute blocks in compiled kernels
+(kernels/cpu_rms_norm.py); both give MLX's own bits.
 On a Metal GPU: kernels/verify_attention_metal.py takes half-precision verify blocks whose
 shape passed its one-time check. Everything else, one-token steps included, goes to mlx-lm's
 function unchanged. Every model of those files in this process gets them (process-wide because
@@ -22,6 +23,7 @@ import sys
 import mlx.core as mx
 import mlx.nn as nn
 
+from kernels.cpu_rms_norm import install_block_norms
 from kernels.cpu_rope import install_block_ropes
 from kernels.cpu_swiglu import swiglu_with_fallback
 from kernels.verify_attention import sdpa_with_fallback
@@ -48,8 +50,8 @@ def kernels_status(device: mx.Device) -> str:
         return f"mlx-lm's own ({DISABLE_ENV} is set)" if os.environ.get(DISABLE_ENV, "") not in ("", "0") \
             else "mlx-lm's own (no kernels for this device)"
     if device == mx.cpu:
-        return ("verify blocks' attention on the host (NumPy), a fast-exp SwiGLU for float32 blocks and RoPE "
-                "angles made once per block; one-token steps mlx-lm's")
+        return ("verify blocks' attention on the host (NumPy), a fast-exp SwiGLU for float32 blocks, RoPE "
+                "angles made once per block and compiled RMSNorm for blocks; one-token steps mlx-lm's")
     return "verify blocks' attention in a Metal kernel where its one-time check per shape passed; else mlx-lm's"
 
 
@@ -76,12 +78,17 @@ def install_kernels(model: nn.Module, device: mx.Device) -> list[str]:
                 dispatcher.wrapped_by = wrap
                 setattr(module, function, dispatcher)
             installed.append(f"{name}.{function}")
-    if install_block_ropes(model, on=wanted is CPU_DISPATCHERS):  # per layer: a rope is a module, not a name
+    # per layer: ropes and norms are modules, not names of the model file
+    if install_block_ropes(model, on=wanted is CPU_DISPATCHERS):
         installed.append(f"{type(model).__module__}.rope")
+    if install_block_norms(model, on=wanted is CPU_DISPATCHERS):
+        installed.append(f"{type(model).__module__}.rms_norm")
     return installed
 
 
 def install_drafter_kernels(drafter: nn.Module, device: mx.Device) -> None:
-    """A drafter's attention ropes rotate its blocks by shared angles on the CPU, as the target's do
-    (an inference drafter: a trainer's keeps its own)."""
-    install_block_ropes(drafter, on=dispatchers_for(device) is CPU_DISPATCHERS)
+    """A drafter's attention ropes and norms take its blocks the CPU's way, as the target's do (an
+    inference drafter: a trainer's keeps its own)."""
+    on = dispatchers_for(device) is CPU_DISPATCHERS
+    install_block_ropes(drafter, on=on)
+    install_block_norms(drafter, on=on)
