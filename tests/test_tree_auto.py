@@ -80,6 +80,18 @@ def test_a_tree_rounds_measured_time_prices_its_rows(load):
     assert _plan(planner) is None
 
 
+def test_a_planned_round_that_verifies_the_chain_does_not_time_the_chain():
+    """Planning waits for the drafts, which a chain round that does not plan need not (a v1 chain
+    round queues its verify behind them): only unplanned chain rounds say what a chain round costs."""
+    planner = _planner(per_row=1.0)  # rows too dear: planned rounds choose the chain
+    assert _plan(planner) is None
+    planner.record(None, [0, 1], DRAFTS, ms=5.0 * planner.round_price(DRAFTS + 1))
+    assert planner.timed_rounds == [0.0, 0.0] and planner.ratios == [0.0, 0.0]
+    planner.considers(64, DRAFTS + 1)  # not followed by plan(): a chain round as a chain run has them
+    planner.record(None, [0, 1], DRAFTS, ms=2.0 * planner.round_price(DRAFTS + 1))
+    assert planner.timed_rounds[0] == 1.0 and planner.ratios[0] == pytest.approx(2.0)
+
+
 def _side_path(tree) -> list[int]:
     """The root and the first second choice at depth 1 (the chain's first draft rejected)."""
     return [0, next(i for i in range(1, len(tree)) if tree.depths[i] == 1 and tree.ranks[i] > 0)]

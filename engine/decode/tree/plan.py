@@ -17,7 +17,8 @@ accepted of such nodes per expected one (on the chain, off it); none is the chai
 
 The curve does not see a tree round's host work (the drafts awaited before the verify is built,
 the mask, positions per row, the compaction): each kind of round's measured time over its price on
-the curve is kept (decayed), and a tree's price is scaled by the ratio of the two. Each tree round
+the curve is kept (decayed; a chain round's only from rounds that did not plan, since planning waits
+for the drafts), and a tree's price is scaled by the ratio of the two. Each tree round
 is also set against the chain's round on the same drafts (read off the tree: `chain_taken`); while
 this run's tree rounds commit less per priced ms than those would have, or few planned rounds choose
 a tree, rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
@@ -223,7 +224,10 @@ class TreePlanner:
         (a chain round that was not planned tells nothing about the drafter's probabilities). `ms`:
         its measured time (draft, verify and commit), kept against its price on the curve."""
         rows = len(tree) if tree is not None else chain_drafts + 1
-        if ms is not None and self.sizes_by_curve and self.at is not None:
+        # a planned round that verified the chain waited for its drafts to plan (a v1 chain round
+        # queues its verify behind them): no measure of what a chain round costs
+        planned_chain = tree is None and self.chain_q is not None
+        if ms is not None and self.sizes_by_curve and self.at is not None and not planned_chain:
             kind, pooled = int(tree is not None), self.pooled()
             ratio = min(max(ms / self.round_price(rows), pooled / TIME_CLAMP), pooled * TIME_CLAMP)
             self.ratios[kind] = self.ratios[kind] * DECAY + ratio
