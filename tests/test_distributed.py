@@ -107,18 +107,29 @@ def _unsharded_ar(target: Path) -> tuple[list[int], list[int], object]:
 
 
 @pytest.fixture(scope="module")
-def sharded_run(sharded_pairs, tmp_path_factory):
+def sharded_run(sharded_pairs, tmp_path_factory, worker_id):
     """run(name) -> (process, trace): `generate` of that pair on two ranks with a trace, launched once
-    per module (the window opens the same run's trace)."""
-    runs = {}
+    per test session (the window opens the same run's trace): pytest-xdist's workers share each
+    launch's result through the session's temporary folder, under a lock. A pair is written from
+    the same seeds on every worker, so another worker's run is this one's."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base
 
     def run(name: str):
-        if name not in runs:
-            target, drafter = sharded_pairs[name]
-            trace = tmp_path_factory.mktemp(f"sharded-{name}") / "run.jsonl"
-            runs[name] = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
-                                 "--max-tokens", str(TOKENS), "--json", "--trace", str(trace)]), trace
-        return runs[name]
+        done = shared / f"sharded-{name}.json"
+        with FileLock(str(shared / f"sharded-{name}.lock")):
+            if not done.exists():
+                target, drafter = sharded_pairs[name]
+                trace = tmp_path_factory.mktemp(f"sharded-{name}") / "run.jsonl"
+                proc = launch(["generate", "--target", str(target), "--drafter", str(drafter), "--prompt", PROMPT,
+                               "--max-tokens", str(TOKENS), "--json", "--trace", str(trace)])
+                done.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
+                                            "stderr": proc.stderr, "trace": str(trace)}))
+        kept = json.loads(done.read_text())
+        return (subprocess.CompletedProcess(kept["args"], kept["returncode"], kept["stdout"], kept["stderr"]),
+                Path(kept["trace"]))
 
     return run
 
