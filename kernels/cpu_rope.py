@@ -62,9 +62,8 @@ def rotation_is_exact(rope: nn.RoPE, dtype, width: int) -> bool:
         positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
         shape = (1, 3, positions.shape[0], width)
         x = (mx.random.normal(shape, key=mx.random.key(0)) * 4).astype(dtype)
-        cos, sin = (mx.broadcast_to(t, (*shape[:-1], rope.dims)) for t in angles(rope, positions, dtype))
         stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        _EXACT[key] = bool(mx.array_equal(rotate(x, cos, sin, halves_swapped(rope.dims)), stock).item())
+        _EXACT[key] = bool(mx.array_equal(rotate(x, *table_for(rope, positions, x)), stock).item())
     return _EXACT[key]
 
 
