@@ -63,7 +63,7 @@ def rotation_is_exact(rope: nn.RoPE, dtype, width: int) -> bool:
         shape = (1, 3, positions.shape[0], width)
         x = (mx.random.normal(shape, key=mx.random.key(0)) * 4).astype(dtype)
         stock = rope(x.swapaxes(0, -2), offset=positions).swapaxes(0, -2)
-        _EXACT[key] = bool(mx.array_equal(rotate(x, *table_for(rope, positions, x)), stock).item())
+        _EXACT[key] = bool(mx.array_equal(rotate(x, *table_for(rope, positions, dtype)), stock).item())
     return _EXACT[key]
 
 
@@ -76,17 +76,22 @@ def rotates(rope: nn.Module, x: mx.array) -> bool:
             and rotation_is_exact(rope, x.dtype, x.shape[-1]))
 
 
-def table_for(rope: nn.RoPE, positions: mx.array, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """`rotate`'s (cos, sin, swap) for x's shape at these positions (one per row)."""
-    shape = (*x.shape[:-1], rope.dims)
-    cos, sin = (mx.broadcast_to(t, shape) for t in angles(rope, positions, x.dtype))
-    return cos, sin, halves_swapped(rope.dims)
+def table_for(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.array, mx.array]:
+    """`rotate`'s (cos, sin, swap) at these positions (one per row), for rows of any batch and head
+    count (the products broadcast them)."""
+    return (*angles(rope, positions, dtype), halves_swapped(rope.dims))
+
+
+def table_key(rope: nn.RoPE, x: mx.array) -> tuple:
+    """What a table for x depends on besides its positions: the rope, and what `rotates` reads of x
+    (not its batch or head count, so a layer's queries and keys share one)."""
+    return rope.dims, float(rope.base), float(rope.scale), x.ndim, x.shape[-1], x.dtype
 
 
 class BlockAngles:
-    """`rotate`'s tables for the latest blocks of positions, per rope and x's shape: the first layer of
-    a forward that asks makes them, the other layers reuse them (a drafter's layer rotates two blocks:
-    the new context rows and its own)."""
+    """`rotate`'s tables for the latest blocks of positions, per rope: the first layer of a forward
+    that asks makes them, the other layers (queries and keys alike) reuse them (a drafter's layer
+    rotates two blocks: the new context rows and its own)."""
 
     KEPT = 8  # tables kept; a forward's are made again when more were asked for since
 
@@ -94,11 +99,11 @@ class BlockAngles:
         self._tables: dict[tuple, tuple[mx.array, mx.array, mx.array]] = {}
 
     def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        key = (rope.dims, float(rope.base), float(rope.scale), x.shape, x.dtype, offset)
+        key = (*table_key(rope, x), offset, x.shape[-2])
         if key not in self._tables:
             if len(self._tables) >= self.KEPT:
                 self._tables.clear()
-            self._tables[key] = table_for(rope, mx.arange(offset, offset + x.shape[-2], dtype=mx.int32), x)
+            self._tables[key] = table_for(rope, mx.arange(offset, offset + x.shape[-2], dtype=mx.int32), x.dtype)
         return self._tables[key]
 
 

@@ -14,12 +14,12 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.errors import DFlashError
-from kernels.cpu_rope import rotate, rotates, stock_rope, table_for
+from kernels.cpu_rope import rotate, rotates, stock_rope, table_for, table_key
 
 
 class RowAngles:
-    """One verify's row positions and, per rope and x's shape, the tables a plain rope rotates them by
-    (made at the first layer that asks, shared by the rest)."""
+    """One verify's row positions and, per rope, the tables a plain rope rotates them by (made at the
+    first layer that asks, shared by the rest, queries and keys alike)."""
 
     def __init__(self, positions: mx.array):
         self.positions = positions
@@ -28,9 +28,9 @@ class RowAngles:
     def table(self, rope: nn.Module, x: mx.array) -> Optional[tuple[mx.array, mx.array, mx.array]]:
         """`rotate`'s (cos, sin, swap) for x, or None where the short rotation does not stand in for
         the rope (kernels.cpu_rope.rotates)."""
-        key = (rope.dims, rope.base, rope.scale, x.shape, x.dtype) if type(rope) is nn.RoPE else None
+        key = table_key(rope, x) if type(rope) is nn.RoPE else None
         if key not in self._tables:
-            self._tables[key] = table_for(rope, self.positions, x) if rotates(rope, x) else None
+            self._tables[key] = table_for(rope, self.positions, x.dtype) if rotates(rope, x) else None
         return self._tables[key]
 
 
