@@ -78,17 +78,20 @@ def install_kernels(model: nn.Module, device: mx.Device) -> list[str]:
                 dispatcher.wrapped_by = wrap
                 setattr(module, function, dispatcher)
             installed.append(f"{name}.{function}")
-    # per layer: ropes and norms are modules, not names of the model file
-    if install_block_ropes(model, on=wanted is CPU_DISPATCHERS):
-        installed.append(f"{type(model).__module__}.rope")
-    if install_block_norms(model, on=wanted is CPU_DISPATCHERS):
-        installed.append(f"{type(model).__module__}.rms_norm")
-    return installed
+    return installed + _install_block_layers(model, on=wanted is CPU_DISPATCHERS)
+
+
+def _install_block_layers(model: nn.Module, on: bool) -> list[str]:
+    """The CPU's ropes and norms for blocks in `model`'s layers (per layer: they are modules, not
+    names of a model file), or their own again; names like install_kernels' for those installed."""
+    names = []
+    for what, install in (("rope", install_block_ropes), ("rms_norm", install_block_norms)):
+        if install(model, on=on):
+            names.append(f"{type(model).__module__}.{what}")
+    return names
 
 
 def install_drafter_kernels(drafter: nn.Module, device: mx.Device) -> None:
     """A drafter's attention ropes and norms take its blocks the CPU's way, as the target's do (an
     inference drafter: a trainer's keeps its own)."""
-    on = dispatchers_for(device) is CPU_DISPATCHERS
-    install_block_ropes(drafter, on=on)
-    install_block_norms(drafter, on=on)
+    _install_block_layers(drafter, on=dispatchers_for(device) is CPU_DISPATCHERS)
