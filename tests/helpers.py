@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import mlx.core as mx
+import numpy as np
+
 from engine.decode.events import RoundEvent, SummaryEvent
 from engine.decode.generate import generate
 from engine.decode.settings import GenerationSettings
@@ -97,3 +100,10 @@ def prefilled(model, prompt):
     cache = make_target_cache(model)
     mx.eval(model(mx.array(prompt)[None], cache=cache))
     return cache
+
+
+def attention_rows(rng, heads: int, rows: int, width: int, dtype) -> mx.array:
+    """(1, heads, rows, width) random rows as an attention layer hands its queries and keys to its
+    rope: a transposed view."""
+    x = mx.array(rng.normal(size=(1, rows, heads, width)).astype(np.float32) * 3).astype(dtype)
+    return x.transpose(0, 2, 1, 3)

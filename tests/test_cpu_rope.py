@@ -14,16 +14,12 @@ from engine.models.pair import load_pair
 from kernels import cpu_rope
 from kernels.cpu_rope import BlockAngles, BlockRoPE, install_block_ropes, rope_holders
 
+from helpers import attention_rows
+
 
 @pytest.fixture(autouse=True)
 def fresh_checks(monkeypatch):
     monkeypatch.setattr(cpu_rope, "_EXACT", {})
-
-
-def _heads(rng, heads, rows, width, dtype):
-    """(1, heads, rows, width) as an attention layer hands its queries to the rope: a transposed view."""
-    x = mx.array(rng.normal(size=(1, rows, heads, width)).astype(np.float32) * 3).astype(dtype)
-    return x.transpose(0, 2, 1, 3)
 
 
 @pytest.mark.parametrize("dims,width,base,dtype", [(32, 32, 10000.0, mx.float32), (64, 64, 1e6, mx.float32),
@@ -37,7 +33,7 @@ def test_blocks_get_the_ropes_own_bits_and_share_their_tables(dims, width, base,
     for offset, rows in ((0, 5), (37, 16), (4090, 9)):
         for layer in layers:
             for heads in (8, 2):  # queries, then keys
-                x = _heads(rng, heads, rows, width, dtype)
+                x = attention_rows(rng, heads, rows, width, dtype)
                 out = layer(x, offset=offset)
                 assert out.dtype == dtype and mx.array_equal(out, rope(x, offset=offset)).item()
     assert len(shared._tables) == 3  # one per block, whatever the layers and head counts
@@ -46,9 +42,9 @@ def test_blocks_get_the_ropes_own_bits_and_share_their_tables(dims, width, base,
 def test_one_row_and_offsets_per_row_go_to_the_rope():
     rope, shared = nn.RoPE(32), BlockAngles()
     layer = BlockRoPE(rope, shared)
-    x = _heads(np.random.default_rng(0), 4, 1, 32, mx.float32)
+    x = attention_rows(np.random.default_rng(0), 4, 1, 32, mx.float32)
     assert mx.array_equal(layer(x, offset=11), rope(x, offset=11)).item()
-    rows = _heads(np.random.default_rng(1), 4, 3, 32, mx.float32).swapaxes(0, 2)  # rows on the batch axis
+    rows = attention_rows(np.random.default_rng(1), 4, 3, 32, mx.float32).swapaxes(0, 2)  # rows on the batch axis
     offsets = mx.array([3, 9, 4])
     assert mx.array_equal(layer(rows, offset=offsets), rope(rows, offset=offsets)).item()
     assert not shared._tables  # neither made a table
@@ -59,7 +55,7 @@ def test_one_row_and_offsets_per_row_go_to_the_rope():
                                              scaling_config={"factor": 8.0, "original_max_position_embeddings": 512})],
                          ids=["traditional", "llama3"])
 def test_other_ropes_are_their_own(rope):
-    layer, x = BlockRoPE(rope, BlockAngles()), _heads(np.random.default_rng(2), 4, 6, 32, mx.float32)
+    layer, x = BlockRoPE(rope, BlockAngles()), attention_rows(np.random.default_rng(2), 4, 6, 32, mx.float32)
     assert mx.array_equal(layer(x, offset=40), rope(x, offset=40)).item()
     assert not layer.shared._tables
 
@@ -71,7 +67,7 @@ def test_a_rotation_off_by_a_bit_is_not_taken(monkeypatch):
     monkeypatch.setattr(cpu_rope, "angles", lambda *a: tuple(t * (1 + 1e-6) for t in made(*a)))
     rope = nn.RoPE(32)
     layer = BlockRoPE(rope, BlockAngles())
-    x = _heads(np.random.default_rng(3), 2, 8, 32, mx.float32)
+    x = attention_rows(np.random.default_rng(3), 2, 8, 32, mx.float32)
     assert not cpu_rope.rotation_is_exact(rope, mx.float32, 32)
     assert mx.array_equal(layer(x, offset=100), rope(x, offset=100)).item() and not layer.shared._tables
 

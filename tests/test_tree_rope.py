@@ -14,11 +14,7 @@ from engine.decode.tree.rope import RowAngles, RowRoPE
 from engine.errors import DFlashError
 from kernels import cpu_rope
 
-
-def _rows(rng, heads, n, width, dtype):
-    """(1, heads, n, width) as an attention layer hands its queries to the rope: a transposed view."""
-    x = mx.array(rng.normal(size=(1, n, heads, width)).astype(np.float32) * 3).astype(dtype)
-    return x.transpose(0, 2, 1, 3)
+from helpers import attention_rows
 
 
 def _per_row(rope, x, positions):
@@ -43,7 +39,7 @@ def test_the_short_rotation_gives_the_ropes_own_bits(dims, width, base, dtype):
     row_rope = RowRoPE(rope)
     row_rope.angles = angles
     for heads in (8, 2, 8):  # queries and keys (8 and 2 heads) share one table, reused by the next layer
-        x = _rows(rng, heads, len(positions), width, dtype)
+        x = attention_rows(rng, heads, len(positions), width, dtype)
         out = row_rope(x)
         assert angles.table(rope, x) is not None  # the short way was taken
         assert out.dtype == dtype and mx.array_equal(out, _per_row(rope, x, positions)).item()
@@ -59,7 +55,7 @@ def test_other_ropes_take_the_general_way(rope):
     positions = np.array([40, 41, 41, 42, 41, 43], dtype=np.int32)
     row_rope = RowRoPE(rope)
     row_rope.angles = RowAngles(mx.array(positions))
-    x = _rows(rng, 4, len(positions), 32, mx.float32)
+    x = attention_rows(rng, 4, len(positions), 32, mx.float32)
     assert row_rope.angles.table(rope, x) is None
     np.testing.assert_allclose(np.array(row_rope(x)), np.array(_per_row(rope, x, positions)), atol=1e-5)
 
@@ -74,7 +70,7 @@ def test_a_rotation_off_by_a_bit_is_not_taken(monkeypatch):
     positions = np.arange(100, 108, dtype=np.int32)
     row_rope = RowRoPE(rope)
     row_rope.angles = RowAngles(mx.array(positions))
-    x = _rows(np.random.default_rng(2), 2, len(positions), 32, mx.float32)
+    x = attention_rows(np.random.default_rng(2), 2, len(positions), 32, mx.float32)
     assert row_rope.angles.table(rope, x) is None
     assert mx.array_equal(row_rope(x), _per_row(rope, x, positions)).item()
 
