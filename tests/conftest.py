@@ -184,3 +184,11 @@ def make_window(qtbot, app_env):
     for w in made:
         w.close()
         assert w.host.thread.isFinished()
+
+
+@pytest.fixture
+def fresh_rope_checks(monkeypatch):
+    """kernels/cpu_rope.py's one-time exactness checks made afresh for the test."""
+    from kernels import cpu_rope
+
+    monkeypatch.setattr(cpu_rope, "_EXACT", {})

@@ -107,3 +107,9 @@ def attention_rows(rng, heads: int, rows: int, width: int, dtype) -> mx.array:
     rope: a transposed view."""
     x = mx.array(rng.normal(size=(1, rows, heads, width)).astype(np.float32) * 3).astype(dtype)
     return x.transpose(0, 2, 1, 3)
+
+
+# (rope dims, head width, base, dtype) the rope tests hold to the rope's own bits: full ropes of each
+# float dtype, and a partial one (8 of 32 features, as the hybrid demo target's)
+ROPE_CASES = [(32, 32, 10000.0, mx.float32), (64, 64, 1e6, mx.float32), (128, 128, 5e5, mx.bfloat16),
+              (16, 16, 10000.0, mx.float16), (8, 32, 10000.0, mx.float32)]

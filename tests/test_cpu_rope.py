@@ -14,17 +14,13 @@ from engine.models.pair import load_pair
 from kernels import cpu_rope
 from kernels.cpu_rope import BlockAngles, BlockRoPE, install_block_ropes, rope_holders
 
-from helpers import attention_rows
+from helpers import ROPE_CASES, attention_rows
 
 
-@pytest.fixture(autouse=True)
-def fresh_checks(monkeypatch):
-    monkeypatch.setattr(cpu_rope, "_EXACT", {})
+pytestmark = pytest.mark.usefixtures("fresh_rope_checks")
 
 
-@pytest.mark.parametrize("dims,width,base,dtype", [(32, 32, 10000.0, mx.float32), (64, 64, 1e6, mx.float32),
-                                                   (128, 128, 5e5, mx.bfloat16), (16, 16, 10000.0, mx.float16),
-                                                   (8, 32, 10000.0, mx.float32)], ids=lambda v: str(v))
+@pytest.mark.parametrize("dims,width,base,dtype", ROPE_CASES, ids=lambda v: str(v))
 def test_blocks_get_the_ropes_own_bits_and_share_their_tables(dims, width, base, dtype):
     """Full and partial ropes (8 of 32 features: the hybrid demo target's)."""
     rng = np.random.default_rng(dims + width)

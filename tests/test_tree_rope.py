@@ -14,7 +14,7 @@ from engine.decode.tree.rope import RowAngles, RowRoPE
 from engine.errors import DFlashError
 from kernels import cpu_rope
 
-from helpers import attention_rows
+from helpers import ROPE_CASES, attention_rows
 
 
 def _per_row(rope, x, positions):
@@ -22,14 +22,10 @@ def _per_row(rope, x, positions):
     return mx.concatenate([rope(x[:, :, i : i + 1], offset=int(p)) for i, p in enumerate(positions)], axis=2)
 
 
-@pytest.fixture(autouse=True)
-def fresh_checks(monkeypatch):
-    monkeypatch.setattr(cpu_rope, "_EXACT", {})
+pytestmark = pytest.mark.usefixtures("fresh_rope_checks")
 
 
-@pytest.mark.parametrize("dims,width,base,dtype", [(32, 32, 10000.0, mx.float32), (64, 64, 1e6, mx.float32),
-                                                   (128, 128, 5e5, mx.bfloat16), (16, 16, 10000.0, mx.float16),
-                                                   (8, 32, 10000.0, mx.float32)], ids=lambda v: str(v))
+@pytest.mark.parametrize("dims,width,base,dtype", ROPE_CASES, ids=lambda v: str(v))
 def test_the_short_rotation_gives_the_ropes_own_bits(dims, width, base, dtype):
     """Full and partial ropes (8 of 32 features: the hybrid demo target's)."""
     rng = np.random.default_rng(dims + width)
