@@ -232,3 +232,22 @@ def test_auto_where_no_tree_can_run_says_so_and_verifies_the_chain(qwen3_tied_di
     assert cli(argv) == 0
     assert "note: --tree auto verifies the chain here: a draft tree needs a block of at least 2" in \
         capsys.readouterr().err
+
+
+def test_tree_against_chain_leaves_out_prompts_that_never_drafted():
+    """A prompt whose output ended at its first token ran the same work both ways: its tok/s ratio
+    is noise, and must not be the worst prompt."""
+    from engine.tools.race import tree_vs_chain
+
+    def method(rows):
+        per_prompt = [dict(dflash_tok_s=tok_s, speedup=None if tok_s is None or not drafted else tok_s / 100)
+                      for tok_s, drafted in rows]
+        return dict(per_prompt=per_prompt, mean_acceptance_length=4.0, dflash_tok_s=300.0)
+
+    # prompt 3 never drafted: 50 against 80 tok/s (0.62x) is its prefill's noise
+    tree = method([(330.0, True), (300.0, True), (50.0, False)])
+    chain = method([(300.0, True), (310.0, True), (80.0, False)])
+    assert tree_vs_chain(tree, chain)["worst_prompt_speed"] == round(300.0 / 310.0, 4)
+    chain["per_prompt"][2]["speedup"] = 0.8  # had both drafted, it would be the worst
+    tree["per_prompt"][2]["speedup"] = 0.5
+    assert tree_vs_chain(tree, chain)["worst_prompt_speed"] == round(50.0 / 80.0, 4)

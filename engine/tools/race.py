@@ -241,11 +241,13 @@ def run_race(
 
 def tree_vs_chain(tree: dict, chain: dict) -> dict:
     """The tree against the chain it branches (dflash+lookup: the same auto length and lookup): tau,
-    tok/s and the worst prompt's tok/s ratio."""
+    tok/s and the worst prompt's tok/s ratio, over the prompts where both drafted (one that ended at
+    its first token ran the same work both ways: its ratio is only noise)."""
     def ratio(a, b):
         return round(a / b, 4) if a and b else None
 
-    per_prompt = [ratio(t["dflash_tok_s"], c["dflash_tok_s"]) for t, c in zip(tree["per_prompt"], chain["per_prompt"])]
+    per_prompt = [ratio(t["dflash_tok_s"], c["dflash_tok_s"]) for t, c in zip(tree["per_prompt"], chain["per_prompt"])
+                  if t["speedup"] is not None and c["speedup"] is not None]
     per_prompt = [r for r in per_prompt if r is not None]
     return {"tau": ratio(tree["mean_acceptance_length"], chain["mean_acceptance_length"]),
             "speed": ratio(tree["dflash_tok_s"], chain["dflash_tok_s"]),
