@@ -13,7 +13,7 @@ import pytest
 from engine.decode.cost_curve_data import CostCurve
 from engine.decode.drafts import Proposal
 from engine.decode.tree.layout import build_tree
-from engine.decode.tree.plan import TRY_EVERY, TreePlanner, chain_taken, on_chain
+from engine.decode.tree.plan import TRY_EVERY, TreePlanner, chain_taken
 
 from helpers import PROMPTS, assert_lossless, run
 
@@ -47,7 +47,7 @@ def _plan(planner: TreePlanner, seed: int = 0):
 def test_a_tree_holds_the_chain_and_adds_rows_only_where_they_pay():
     tree = _plan(_planner(per_row=0.01))  # rows nearly free: second choices beside the chain
     assert tree is not None and len(tree) > DRAFTS + 1
-    chain = on_chain(tree)
+    chain = tree.on_chain
     assert chain[: DRAFTS + 1].all() and chain.sum() == DRAFTS + 1  # the whole chain, first
     assert tree.depths.max() == DRAFTS  # no deeper than the chain's draft
     assert not chain[DRAFTS + 1 :].any()  # then second choices (and their first children)

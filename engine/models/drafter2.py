@@ -164,15 +164,12 @@ def _greedy_walk(selector: CandidateSelector, terms: mx.array, unary: mx.array, 
     trans = unary[1:, None, :] + selector.predecessor(candidates[:-1]) @ terms[1:].swapaxes(-1, -2)
     mx.eval(first, trans, candidates)
     first, trans, ids = (np.array(a) for a in (first, trans, candidates))
-    picks, rows = [], [first]
-    j = int(np.argmax(first))
-    picks.append(ids[0, j])
-    for t in range(1, T):
-        rows.append(trans[t - 1, j])
-        j = int(np.argmax(rows[-1]))
-        picks.append(ids[t, j])
     after = np.concatenate([np.broadcast_to(first, (1, *trans.shape[1:])), trans])
-    return mx.array(np.array(picks, dtype=np.int32)), mx.array(np.stack(rows)), after
+    chosen = [0]  # the candidate picked at each position; the first row's predecessor is the anchor (row 0)
+    for t in range(T):
+        chosen.append(int(np.argmax(after[t, chosen[-1]])))
+    steps = np.arange(T)
+    return (mx.array(ids[steps, chosen[1:]].astype(np.int32)), mx.array(after[steps, chosen[:-1]]), after)
 
 
 class DFlash2Drafter(DFlashDrafter):

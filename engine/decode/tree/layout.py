@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional, Sequence
 
 import mlx.core as mx
@@ -43,6 +44,16 @@ class DraftTree:
         for node in range(len(self) - 1, 0, -1):
             index[(int(self.parents[node]), int(self.tokens[node]))] = node
         return index
+
+    @cached_property
+    def on_chain(self) -> np.ndarray:
+        """Per node: whether it is on the greedy chain (rank 0 all the way from the root). Computed
+        once per tree: a round's planner and its statistics each read it."""
+        chain = np.zeros(len(self), dtype=bool)
+        chain[0] = True
+        for node in range(1, len(self)):
+            chain[node] = self.ranks[node] == 0 and chain[self.parents[node]]
+        return chain
 
     def children(self, node: int) -> list[int]:
         """Children of `node` in the order they were added (siblings by rank, a copy last)."""

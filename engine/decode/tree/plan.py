@@ -85,17 +85,6 @@ def selector_rows(candidates: np.ndarray, after: np.ndarray) -> tuple[np.ndarray
     return ids, np.take_along_axis(logq, follow, axis=-1), follow
 
 
-def chain_logq(logq: np.ndarray, follow: Optional[np.ndarray]) -> np.ndarray:
-    """The greedy chain's log-probs per depth (rank 0 after rank 0 from the root)."""
-    if follow is None:
-        return logq[:, 0]
-    out, context = [], 0
-    for d in range(logq.shape[0]):
-        out.append(logq[d, context, 0])
-        context = int(follow[d, context, 0])
-    return np.array(out)
-
-
 def first_nodes(tree: DraftTree, n: int) -> DraftTree:
     """The tree of its first n draft nodes (parents come before children: still a tree)."""
     k = n + 1
@@ -103,21 +92,12 @@ def first_nodes(tree: DraftTree, n: int) -> DraftTree:
                      tree.ranks[:k])
 
 
-def on_chain(tree: DraftTree) -> np.ndarray:
-    """Per node: whether it is on the greedy chain (rank 0 all the way from the root)."""
-    chain = np.zeros(len(tree), dtype=bool)
-    chain[0] = True
-    for node in range(1, len(tree)):
-        chain[node] = tree.ranks[node] == 0 and chain[tree.parents[node]]
-    return chain
-
-
 def chain_taken(tree: DraftTree, path: list[int]) -> tuple[int, int]:
     """(the greedy chain's drafts in a verified tree, how many of them its round would have accepted):
     the path's first nodes while they are the chain's. At T = 0 exactly the chain's round on the same
     drafts (the walk follows the target's argmax, which left the chain where the path does); at T > 0
     the walk tries the chain's child first with the chain's own test, so it is the chain's in law."""
-    chain = on_chain(tree)
+    chain = tree.on_chain
     taken = next((i for i, node in enumerate(path[1:]) if not chain[node]), len(path) - 1)
     return int(chain.sum()) - 1, taken
 
@@ -206,7 +186,8 @@ class TreePlanner:
         most = max(depth, min(len(verify) - 1, depth + (self.budget or depth * ids.shape[-1])))
         tree = build_tree(anchor, ids, logq, most, chain=depth, follow=follow)  # the chain, then second choices
         main, side = self.rates()
-        self.chain_q = np.exp(np.cumsum(chain_logq(logq, follow)))  # the chance the chain's draft j is reached and taken
+        # the chance the chain's draft j is reached and taken: nodes 1..depth are the chain, in order
+        self.chain_q = np.exp(tree.scores[1 : depth + 1].astype(np.float64))
         rows = 1 + depth  # the anchor and the chain; second choices after them, best first
         value = 1.0 + main * self.chain_q.sum() + np.concatenate(
             [[0.0], np.cumsum(np.exp(tree.scores[rows:].astype(np.float64)) * side)])
@@ -236,7 +217,7 @@ class TreePlanner:
             if self.chain_q is not None:
                 self._add(0, float(self.chain_q[:chain_drafts].sum()), len(path) - 1)
             return
-        chain, copied = on_chain(tree), tree.ranks == COPY_RANK  # a grafted copy is neither kind
+        chain, copied = tree.on_chain, tree.ranks == COPY_RANK  # a grafted copy is neither kind
         expected = np.exp(tree.scores.astype(np.float64))[1:]
         hit = np.zeros(len(tree), dtype=bool)
         hit[path[1:]] = True
