@@ -151,9 +151,10 @@ def test_bench_races_the_tree_beside_the_chain(qwen3_tied_dirs, tmp_path, capsys
     assert tree["identical"] is True and tree["verdict"] == "identical"
     assert tree["mean_verified"] is not None and tree["verify_ms"] is not None
     assert result["tree_vs_chain"]["tau"] == round(tree["mean_acceptance_length"] / chain["mean_acceptance_length"], 4)
+    assert result["tree_vs_chain"]["round_time"] == round(tree["round_ms"] / chain["round_ms"], 4)
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "dflash-tree against dflash+lookup:" in out and "verify per round:" in out
+    assert "dflash-tree against dflash+lookup:" in out and "a round's time" in out and "verify per round:" in out
     assert main(args[:-4] + ["--methods", "dflash", "--tree", "6"]) == 0
     assert "--tree is not used: only the dflash-tree method in --methods verifies a tree" in capsys.readouterr().err
 
@@ -242,7 +243,7 @@ def test_tree_against_chain_leaves_out_prompts_that_never_drafted():
     def method(rows):
         per_prompt = [dict(dflash_tok_s=tok_s, speedup=None if tok_s is None or not drafted else tok_s / 100)
                       for tok_s, drafted in rows]
-        return dict(per_prompt=per_prompt, mean_acceptance_length=4.0, dflash_tok_s=300.0)
+        return dict(per_prompt=per_prompt, mean_acceptance_length=4.0, dflash_tok_s=300.0, round_ms=12.0)
 
     # prompt 3 never drafted: 50 against 80 tok/s (0.62x) is its prefill's noise
     tree = method([(330.0, True), (300.0, True), (50.0, False)])
