@@ -80,16 +80,27 @@ def test_a_tree_rounds_measured_time_prices_its_rows(load):
     assert _plan(planner) is None
 
 
-def test_a_planned_round_that_verifies_the_chain_does_not_time_the_chain():
+def test_a_planned_round_that_verifies_the_chain_is_timed_as_planned_and_costs_its_wait():
     """Planning waits for the drafts, which a chain round that does not plan need not (a v1 chain
-    round queues its verify behind them): only unplanned chain rounds say what a chain round costs."""
+    round queues its verify behind them): a planned round that chose the chain is timed as a planned
+    round, never as the chain's, and its wait counts against planning. Planned rounds that choose the
+    chain at twice an unplanned round's time stop the planning."""
     planner = _planner(per_row=1.0)  # rows too dear: planned rounds choose the chain
     assert _plan(planner) is None
-    planner.record(None, [0, 1], DRAFTS, ms=5.0 * planner.round_price(DRAFTS + 1))
-    assert planner.timed_rounds == [0.0, 0.0] and planner.ratios == [0.0, 0.0]
-    planner.considers(64, DRAFTS + 1)  # not followed by plan(): a chain round as a chain run has them
     planner.record(None, [0, 1], DRAFTS, ms=2.0 * planner.round_price(DRAFTS + 1))
-    assert planner.timed_rounds[0] == 1.0 and planner.ratios[0] == pytest.approx(2.0)
+    assert planner.timed_rounds == [0.0, 1.0] and planner.ratios[1] == pytest.approx(2.0)
+    planner.considers(64, DRAFTS + 1)  # not followed by plan(): a chain round as a chain run has them
+    planner.record(None, [0, 1], DRAFTS, ms=1.0 * planner.round_price(DRAFTS + 1))
+    assert planner.timed_rounds == [1.0, 1.0] and planner.ratios[0] == pytest.approx(1.0)
+    assert not planner.trees_pay()  # the same tokens both ways, the planned round's at twice the time
+
+    planner = _planner(per_row=1.0)
+    for _ in range(3):  # planning at no cost: it still pays (ties go to planning)
+        assert _plan(planner) is None
+        planner.record(None, [0, 1], DRAFTS, ms=planner.round_price(DRAFTS + 1))
+        planner.considers(64, DRAFTS + 1)
+        planner.record(None, [0, 1], DRAFTS, ms=planner.round_price(DRAFTS + 1))
+    assert planner.trees_pay()
 
 
 def _side_path(tree) -> list[int]:

@@ -17,11 +17,12 @@ accepted of such nodes per expected one (on the chain, off it); none is the chai
 
 The curve does not see a tree round's host work (the drafts awaited before the verify is built,
 the mask, positions per row, the compaction): each kind of round's measured time over its price on
-the curve is kept (decayed; a chain round's only from rounds that did not plan, since planning waits
-for the drafts), and a tree's price is scaled by the ratio of the two. Each tree round
-is also set against the chain's round on the same drafts (read off the tree: `chain_taken`); while
-this run's tree rounds commit less per priced ms than those would have, or few planned rounds choose
-a tree, rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
+the curve is kept (decayed), a planned round's (tree or chain: planning waits for the drafts) apart
+from an unplanned chain round's, and a tree's price is scaled by the ratio of the two. Each planned
+round is also set against the chain's round on the same drafts (read off the tree: `chain_taken`;
+a planned round that chose the chain commits the same, after its wait); while this run's planned
+rounds commit less per priced ms than those would have, or few planned rounds choose a tree,
+rounds skip the planning (and its wait) and verify the chain as a chain run does, planning
 again once every TRY_EVERY rounds (and while they plan, skip it once every TRY_EVERY rounds, so that
 chain rounds stay timed too). docs/trees.md, "--tree auto".
 """
@@ -112,9 +113,11 @@ class TreePlanner:
         self.accepted = [0.0, 0.0]
         self.expected = [0.0, 0.0]
         self.chain_q: Optional[np.ndarray] = None  # the planned round's chain: each draft's chance to be reached
-        # per kind of round [chain, tree]: decayed sums of measured time over price, and of rounds timed
+        # per kind of round [the chain unplanned, planned: a tree or the chain]: decayed sums of measured
+        # time over price, and of rounds timed
         self.ratios, self.timed_rounds = [0.0, 0.0], [0.0, 0.0]
-        # over tree rounds, [the chain's round on the same drafts, the tree's]: decayed tokens and priced ms
+        # over planned rounds, [the chain's round on the same drafts, the planned round's]: decayed tokens
+        # and priced ms
         self.tokens, self.priced = [0.0, 0.0], [0.0, 0.0]
         self.planned = self.chose = 0.0  # decayed rounds planned, and of those the ones that chose a tree
         self.since = 0  # rounds since the way not taken (planning or not) was last tried
@@ -149,8 +152,9 @@ class TreePlanner:
         return plan
 
     def trees_pay(self) -> bool:
-        """Whether this run's tree rounds committed at least as many tokens per ms as the chain's rounds
-        on the same drafts would have (each priced on the curve and scaled by its kind's measured time)."""
+        """Whether this run's planned rounds (trees, and the chain where planning chose it, after its
+        wait) committed at least as many tokens per ms as the chain's rounds on the same drafts would
+        have, unplanned (each priced on the curve and scaled by its kind's measured time)."""
         if self.priced[0] == 0.0:
             return True
         chain, tree = (t / (p * self.overhead(kind)) for kind, t, p in zip((False, True), self.tokens, self.priced))
@@ -163,10 +167,11 @@ class TreePlanner:
         """What this run accepted of the nodes it verified, per expected one: on the chain, off it."""
         return tuple((a + PRIOR) / (e + PRIOR) for a, e in zip(self.accepted, self.expected))
 
-    def overhead(self, tree: bool) -> float:
-        """A kind of round's measured time per ms of its price on the curve (decayed), its prior the
-        two kinds' pooled (itself with a prior of 1): the same for both until a kind has been timed."""
-        kind = int(tree)
+    def overhead(self, planned: bool) -> float:
+        """A kind of round's (planned, or the chain's unplanned) measured time per ms of its price on the
+        curve (decayed), its prior the two kinds' pooled (itself with a prior of 1): the same for both
+        until a kind has been timed."""
+        kind = int(planned)
         return (self.ratios[kind] + TIME_PRIOR * self.pooled()) / (self.timed_rounds[kind] + TIME_PRIOR)
 
     def pooled(self) -> float:
@@ -205,17 +210,20 @@ class TreePlanner:
         (a chain round that was not planned tells nothing about the drafter's probabilities). `ms`:
         its measured time (draft, verify and commit), kept against its price on the curve."""
         rows = len(tree) if tree is not None else chain_drafts + 1
-        # a planned round that verified the chain waited for its drafts to plan (a v1 chain round
-        # queues its verify behind them): no measure of what a chain round costs
-        planned_chain = tree is None and self.chain_q is not None
-        if ms is not None and self.sizes_by_curve and self.at is not None and not planned_chain:
-            kind, pooled = int(tree is not None), self.pooled()
+        # a planned round waited for its drafts to plan, tree or chain (a v1 chain round that does not
+        # plan queues its verify behind them): timed as a planned round, never as the chain's
+        planned = tree is not None or self.chain_q is not None
+        timing = self.sizes_by_curve and self.at is not None
+        if ms is not None and timing:
+            kind, pooled = int(planned), self.pooled()
             ratio = min(max(ms / self.round_price(rows), pooled / TIME_CLAMP), pooled * TIME_CLAMP)
             self.ratios[kind] = self.ratios[kind] * DECAY + ratio
             self.timed_rounds[kind] = self.timed_rounds[kind] * DECAY + 1.0
         if tree is None:
-            if self.chain_q is not None:
+            if planned:
                 self._add(0, float(self.chain_q[:chain_drafts].sum()), len(path) - 1)
+                if timing:  # planning bought nothing here but cost its wait: the same tokens, both ways
+                    self._compare(len(path), len(path), self.round_price(rows), self.round_price(rows))
             return
         chain, copied = tree.on_chain, tree.ranks == COPY_RANK  # a grafted copy is neither kind
         expected = np.exp(tree.scores.astype(np.float64))[1:]
@@ -225,12 +233,16 @@ class TreePlanner:
             self._add(i, float(expected[kind].sum()), float(hit[1:][kind].sum()))
         # this tree round against the chain's on its drafts (with a copy grafted, a chain round might
         # have verified the copy: no comparison)
-        if self.sizes_by_curve and self.at is not None and not copied.any():
+        if timing and not copied.any():
             drafts, taken = chain_taken(tree, path)
-            for i, (tokens, priced) in enumerate(((taken + 1, self.round_price(drafts + 1)),
-                                                  (len(path), self.round_price(rows)))):
-                self.tokens[i] = self.tokens[i] * DECAY + tokens
-                self.priced[i] = self.priced[i] * DECAY + priced
+            self._compare(taken + 1, len(path), self.round_price(drafts + 1), self.round_price(rows))
+
+    def _compare(self, chain_tokens: int, planned_tokens: int, chain_price: float, planned_price: float) -> None:
+        """One planned round against the chain's round on the same drafts: tokens each commits, and
+        each one's price on the curve (scaled by its kind's measured time in trees_pay)."""
+        for i, (tokens, priced) in enumerate(((chain_tokens, chain_price), (planned_tokens, planned_price))):
+            self.tokens[i] = self.tokens[i] * DECAY + tokens
+            self.priced[i] = self.priced[i] * DECAY + priced
 
     def round_price(self, rows: int) -> float:
         """This round on the curve: its draft and a verify of `rows` rows."""
