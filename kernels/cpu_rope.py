@@ -98,13 +98,20 @@ class BlockAngles:
     def __init__(self):
         self._tables: dict[tuple, tuple[mx.array, mx.array, mx.array]] = {}
 
-    def table(self, rope: nn.RoPE, offset: int, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def table(self, rope: nn.Module, offset: int, x: mx.array) -> Optional[tuple[mx.array, mx.array, mx.array]]:
+        """`rotate`'s (cos, sin, swap) for x's rows from `offset`, or None where the short rotation
+        does not stand in for the rope (`rotates`: asked where no table is kept yet, not at every
+        layer's call)."""
+        if type(rope) is not nn.RoPE:
+            return None
         key = (*table_key(rope, x), offset, x.shape[-2])
-        if key not in self._tables:
+        table = self._tables.get(key)
+        if table is None and rotates(rope, x):
             if len(self._tables) >= self.KEPT:
                 self._tables.clear()
-            self._tables[key] = table_for(rope, mx.arange(offset, offset + x.shape[-2], dtype=mx.int32), x.dtype)
-        return self._tables[key]
+            positions = mx.arange(offset, offset + x.shape[-2], dtype=mx.int32)
+            table = self._tables[key] = table_for(rope, positions, x.dtype)
+        return table
 
 
 class BlockRoPE(nn.Module):
@@ -118,9 +125,11 @@ class BlockRoPE(nn.Module):
         self.shared = shared
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
-        if isinstance(offset, int) and x.ndim == 4 and x.shape[-2] > 1 and rotates(self.rope, x):
-            return rotate(x, *self.shared.table(self.rope, offset, x))
-        return self.rope(x, offset=offset)
+        block = isinstance(offset, int) and x.ndim == 4 and x.shape[-2] > 1
+        table = self.shared.table(self.rope, offset, x) if block else None
+        if table is None:
+            return self.rope(x, offset=offset)
+        return rotate(x, *table)
 
 
 def stock_rope(rope: nn.Module) -> nn.Module:
