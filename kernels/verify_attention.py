@@ -23,24 +23,32 @@ is held to it too (tests/test_verify_attention.py). engine/models/kernel_dispatc
 dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) deep enough to repay the
 host's per-layer sync (MIN_HOST_SCORES), and inside whole_sequences()
 whole sequences run without a cache (the drafter trainer's target pass), take the host path on the
-CPU; one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding is exactly what it was.
+CPU; smaller verify blocks take kernels/cpu_attention.py's attention in MLX's graph with a fast exp
+(from MIN_GRAPH_SCORES); one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding
+is exactly what it was.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Callable, Iterator, Optional, Union
 
 import mlx.core as mx
 import numpy as np
 
+from kernels.cpu_attention import graph_attention
+
 MAX_ROWS = 64  # query rows per call that the dispatcher sends here: verify blocks
 CHUNK_SCORES = 1 << 22  # score elements per chunk of rows (16 MB of float32)
-# Verify blocks with fewer score elements (query heads x rows x keys) than this stay MLX's: the host
-# path evaluates q, k and v at every layer, a fixed cost a layer that a small block's attention
-# does not repay (where the crossover lies: docs/performance.md, "Verify attention on the host").
+# Verify blocks with fewer score elements (query heads x rows x keys) than this stay in MLX's graph:
+# the host path evaluates q, k and v at every layer, a fixed cost a layer that a small block's
+# attention does not repay (where the crossovers lie: docs/performance.md, "Verify attention on the host").
 MIN_HOST_SCORES = 1 << 14
+# Smaller verify blocks from this many score elements take kernels/cpu_attention.py's in-graph
+# attention, whose exp is fast; below it MLX's (fewer ops a layer, and little to exp).
+MIN_GRAPH_SCORES = 1 << 12
 
 Mask = Union[None, str, mx.array]
 # Whole sequences run without a cache take the host path only inside whole_sequences(): NumPy needs
@@ -170,28 +178,51 @@ def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
     """Calls the host path handles: float32, 2..max_rows query rows (None: any, for whole sequences)
     with at least MIN_HOST_SCORES score elements when max_rows is set, a plain, causal or boolean
     mask, no attention sinks."""
+    if not _verify_shaped(q, k, mask, sinks, max_rows):
+        return False
+    return max_rows is None or q.shape[1] * q.shape[2] * k.shape[2] >= MIN_HOST_SCORES
+
+
+def graph_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array]) -> bool:
+    """Verify blocks the host path leaves that kernels/cpu_attention.py takes: its shapes and masks,
+    from MIN_GRAPH_SCORES score elements."""
+    return _verify_shaped(q, k, mask, sinks, MAX_ROWS) and q.shape[1] * q.shape[2] * k.shape[2] >= MIN_GRAPH_SCORES
+
+
+def _verify_shaped(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array], max_rows: Optional[int]) -> bool:
+    """float32, 2..max_rows query rows (None: any), query heads a multiple of the KV heads, a plain,
+    causal or boolean (rows, keys) mask, no attention sinks."""
     if q.dtype != mx.float32 or k.dtype != mx.float32 or sinks is not None or q.ndim != 4:
         return False
     if q.shape[2] < 2 or (max_rows is not None and q.shape[2] > max_rows) or q.shape[1] % k.shape[1]:
-        return False
-    if max_rows is not None and q.shape[1] * q.shape[2] * k.shape[2] < MIN_HOST_SCORES:
         return False
     if isinstance(mask, str):
         return mask == "causal"
     return mask is None or (mask.dtype == mx.bool_ and mask.ndim <= 2)
 
 
+@lru_cache(maxsize=8)
+def _causal(rows: int, keys: int) -> mx.array:
+    """causal_allowed, made once per block shape (every layer of a forward asks for the same)."""
+    return causal_allowed(rows, keys)
+
+
 def sdpa_with_fallback(stock: Callable) -> Callable:
-    """mlx-lm's scaled_dot_product_attention signature: the host path for verify blocks (not for
-    a quantized KV cache) and, inside whole_sequences(), for whole sequences run without a cache
-    (training and distillation forwards, through the trainable path so gradients still flow);
-    `stock` (mlx-lm's) for everything else: one-token steps, prefill chunks, compiled steps."""
+    """mlx-lm's scaled_dot_product_attention signature: for verify blocks (not over a quantized KV
+    cache) the host path, or kernels/cpu_attention.py's for smaller ones; inside whole_sequences(),
+    the host path for whole sequences run without a cache (training and distillation forwards,
+    through the trainable path so gradients still flow); `stock` (mlx-lm's) for everything else:
+    one-token steps, prefill chunks, compiled steps."""
 
     def sdpa_dispatch(queries, keys, values, cache, scale, mask, sinks=None):
         if cache is None and _WHOLE_SEQUENCES.get() and host_takes(queries, keys, mask, sinks, max_rows=None):
             return host_attention_trainable(scale, mask)(queries, keys, values)
-        if cache is not None and not hasattr(cache, "bits") and host_takes(queries, keys, mask, sinks):
-            return host_attention(queries, keys, values, scale, mask)
+        if cache is not None and not hasattr(cache, "bits"):
+            if host_takes(queries, keys, mask, sinks):
+                return host_attention(queries, keys, values, scale, mask)
+            if graph_takes(queries, keys, mask, sinks):
+                allowed = _causal(queries.shape[2], keys.shape[2]) if isinstance(mask, str) else mask
+                return graph_attention(queries, keys, values, scale, allowed)
         return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
     sdpa_dispatch.stock = stock

@@ -45,12 +45,13 @@ def _random_tree(rng, vocab, budget):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("host", [True, False], ids=["host-kernel", "mlx-attention"])
-def test_each_node_gets_the_logits_of_its_own_path(targets, family, host, monkeypatch):
-    monkeypatch.setattr(va, "MIN_HOST_SCORES", 0 if host else 1 << 40)
+@pytest.mark.parametrize("path", ["host-kernel", "graph-kernel", "mlx-attention"])
+def test_each_node_gets_the_logits_of_its_own_path(targets, family, path, monkeypatch):
+    monkeypatch.setattr(va, "MIN_HOST_SCORES", 0 if path == "host-kernel" else 1 << 40)
+    monkeypatch.setattr(va, "MIN_GRAPH_SCORES", 0 if path == "graph-kernel" else 1 << 40)
     model = targets[family]
     vocab = model.args.vocab_size
-    rng = np.random.default_rng(len(family) + host)
+    rng = np.random.default_rng(len(family) + len(path))
     for trial in range(3):
         prompt = rng.integers(vocab, size=int(rng.integers(3, 14))).tolist()  # past the window of 8, and not
         cache = prefilled(model, prompt)

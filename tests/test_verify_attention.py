@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kernels import verify_attention as va
+from kernels.cpu_attention import graph_attention
 
 SHAPES = [  # (Hq, Hkv, L, S, D)
     (4, 2, 16, 1416, 32),  # the demo target's verify at depth
@@ -47,6 +48,7 @@ def test_host_path_and_mlx_equal_the_reference_and_float64(shape, mask):
     want = va.reference(q, k, v, scale, mask)
     np.testing.assert_allclose(np.array(want), _float64_attention(q, k, v, scale, allowed), atol=2e-6, rtol=1e-5)
     for got in (va.host_attention(q, k, v, scale, mask),
+                graph_attention(q, k, v, scale, None if allowed is None else mx.array(allowed)),
                 mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)):
         np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6, rtol=1e-5)
 
@@ -82,7 +84,7 @@ def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
     plain = object()
     assert isinstance(sdpa(q, k, v, plain, 0.25, "causal"), mx.array)  # a verify block deep in a context
     assert va.MIN_HOST_SCORES > 4 * 2 * 300 and 4 * 16 * 300 >= va.MIN_HOST_SCORES
-    assert sdpa(q[:, :, :2], k, v, plain, 0.25, "causal") == "stock"  # too small to repay the host's sync
+    assert sdpa(q[:, :, :2], k, v, plain, 0.25, "causal") == "stock"  # too small for the host or the graph kernel
     assert sdpa(q[:, :, :1], k, v, plain, 0.25, None) == "stock"  # a one-token step: AR unchanged
     prefill = mx.zeros((1, 4, va.MAX_ROWS + 1, 16))
     assert sdpa(prefill, k, v, plain, 0.25, "causal") == "stock"
@@ -95,6 +97,19 @@ def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
 
     assert sdpa(q, k, v, Quantized(), 0.25, "causal") == "stock"
     assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 300))) == "stock"  # an additive float mask
+
+
+def test_blocks_between_the_thresholds_take_the_graph_kernel_and_give_the_reference(monkeypatch):
+    """A verify block too small to repay the host's sync but with enough scores to exp: the in-graph
+    kernel, causal mask made by the dispatcher; nothing is evaluated on the way (no host sync)."""
+    sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
+    q, k, v = _qkv(4, 2, 8, 200, 16, seed=9)
+    assert va.MIN_GRAPH_SCORES <= 4 * 8 * 200 < va.MIN_HOST_SCORES
+    monkeypatch.setattr(va, "_host_forward", lambda *a: pytest.fail("the host path took a block below its threshold"))
+    got = sdpa(q, k, v, object(), 0.25, "causal")
+    np.testing.assert_allclose(np.array(got), np.array(va.reference(q, k, v, 0.25, "causal")), atol=2e-6, rtol=1e-5)
+    assert not np.allclose(np.array(got), np.array(va.reference(q, k, v, 0.25, None)), atol=1e-3)
+    assert sdpa(q[:, :, :2], k, v, object(), 0.25, "causal") == "stock"  # below it: MLX's
 
 
 def test_a_whole_sequence_without_a_cache_takes_the_trainable_host_path():
@@ -171,11 +186,11 @@ def test_tree_masks_give_the_reference_on_the_host_and_in_mlx(shape, seed):
     want = va.reference(q, k, v, D**-0.5, mask)
     np.testing.assert_allclose(np.array(want), _float64_attention(q, k, v, D**-0.5, np.array(mask)), atol=2e-6, rtol=1e-5)
     assert not np.allclose(np.array(want), np.array(va.reference(q, k, v, D**-0.5, "causal")), atol=1e-3)
-    for got in (va.host_attention(q, k, v, D**-0.5, mask),
+    for got in (va.host_attention(q, k, v, D**-0.5, mask), graph_attention(q, k, v, D**-0.5, mask),
                 mx.fast.scaled_dot_product_attention(q, k, v, scale=D**-0.5, mask=mask)):
         np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6, rtol=1e-5)
     sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
-    if Hq * L * S >= va.MIN_HOST_SCORES:  # a verify deep enough for the host takes the tree's mask too
+    if Hq * L * S >= va.MIN_GRAPH_SCORES:  # a verify the host or the graph kernel takes: the tree's mask too
         np.testing.assert_allclose(np.array(sdpa(q, k, v, object(), D**-0.5, mask)), np.array(want), atol=2e-6, rtol=1e-5)
 
 

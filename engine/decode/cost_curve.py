@@ -45,6 +45,7 @@ from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import context_length, prefill
 from engine.decode.rollback import make_rollback
 from engine.errors import DFlashError
+from engine.models.kernel_dispatch import kernels_status
 from engine.models.cache_state import mark, restore
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
@@ -299,13 +300,15 @@ def cache_dir() -> Path:
 def _key_parts(pair: LoadedPair, repeats: int, window: int, sink: int, sampling: Optional[SamplingSettings]
                ) -> list[str]:
     """What a cached curve's file name hashes, but the block: the target's and the drafter's files,
-    repeats, the draft window and sink, the kind of sampling, device, BLAS and MLX. Read once for every
+    repeats, the draft window and sink, the kind of sampling, device, BLAS, MLX and which of our
+    kernels run (a curve timed through other kernels prices rows wrongly). Read once for every
     block a lookup tries (a glob and a stat of both model folders)."""
     parts = [str(pair.target_path.resolve()), str(repeats), mx.__version__, blas.status,
              str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}",
              f"sampling {sampling_kind(sampling)}"]
     with mx.stream(STREAM):
-        parts.append(str(mx.default_device()))
+        device = mx.default_device()
+    parts += [str(device), kernels_status(device)]
     folders = [pair.target_path] + ([pair.drafter_path] if pair.drafter_path else [])
     for f in [f for d in folders for f in sorted(d.glob("*.json")) + sorted(d.glob("*.safetensors"))]:
         st = f.stat()

@@ -3,7 +3,8 @@
 mlx-lm's layers call module-level functions of their own model file (`swiglu` in the MLPs,
 `scaled_dot_product_attention` in the attention layers), so those names are replaced there
 with dispatchers. On the CPU: kernels/cpu_swiglu.py takes float32 blocks of several tokens
-(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks, each
+(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks (smaller
+ones kernels/cpu_attention.py's in-graph attention with a fast exp), each
 attention layer's rope is wrapped so that blocks of rows rotate by angles made once per forward
 (kernels/cpu_rope.py), and plain RMSNorm layers compute blocks in compiled kernels
 (kernels/cpu_rms_norm.py); both give MLX's own bits.
@@ -50,7 +51,8 @@ def kernels_status(device: mx.Device) -> str:
         return f"mlx-lm's own ({DISABLE_ENV} is set)" if os.environ.get(DISABLE_ENV, "") not in ("", "0") \
             else "mlx-lm's own (no kernels for this device)"
     if device == mx.cpu:
-        return ("verify blocks' attention on the host (NumPy), a fast-exp SwiGLU for float32 blocks, RoPE "
+        return ("verify blocks' attention on the host (NumPy), or in MLX's graph with a fast exp for smaller "
+                "ones, a fast-exp SwiGLU for float32 blocks, RoPE "
                 "angles made once per block and compiled RMSNorm for blocks; one-token steps mlx-lm's")
     return "verify blocks' attention in a Metal kernel where its one-time check per shape passed; else mlx-lm's"
 
