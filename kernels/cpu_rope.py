@@ -57,7 +57,7 @@ def angles(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.arra
 def rotation_is_exact(rope: nn.RoPE, dtype, width: int) -> bool:
     """Whether `rotate` with `angles` gives nn.RoPE's output bit for bit for this rope, dtype and head
     width on the CPU (checked once, on random rows at positions far apart)."""
-    key = (rope.dims, float(rope.base), float(rope.scale), dtype, width)
+    key = (*rope_key(rope), dtype, width)
     if key not in _EXACT:
         positions = mx.array([0, 1, 7, 100, 1000, 4095, 32768, 131071], dtype=mx.int32)
         shape = (1, 3, positions.shape[0], width)
@@ -82,10 +82,15 @@ def table_for(rope: nn.RoPE, positions: mx.array, dtype) -> tuple[mx.array, mx.a
     return (*angles(rope, positions, dtype), halves_swapped(rope.dims))
 
 
+def rope_key(rope: nn.RoPE) -> tuple:
+    """What of a rope its rotation depends on (layers with equal ones share tables and the check)."""
+    return rope.dims, float(rope.base), float(rope.scale)
+
+
 def table_key(rope: nn.RoPE, x: mx.array) -> tuple:
     """What a table for x depends on besides its positions: the rope, and what `rotates` reads of x
     (not its batch or head count, so a layer's queries and keys share one)."""
-    return rope.dims, float(rope.base), float(rope.scale), x.ndim, x.shape[-1], x.dtype
+    return *rope_key(rope), x.ndim, x.shape[-1], x.dtype
 
 
 class BlockAngles:
