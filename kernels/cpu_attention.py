@@ -6,7 +6,10 @@ evaluates q, k and v at every layer, a sync that only blocks with many scores re
 two, this computes the same attention as MLX ops that stay in the lazy graph: the scores of each
 KV head's query groups in one matmul, the mask and scale in one fused kernel, exp from
 kernels/cpu_exp.py, and the normalisation after the values' matmul (a row of D, not of S, is divided).
-Where the crossovers lie: docs/performance.md, "Verify attention on the host".
+Its reference is kernels/verify_attention.py's `reference`; tests/test_verify_attention.py holds the
+two equal (and to float64) with causal, sliding-window and tree masks, and tests/test_tree_verify.py
+each tree node's logits to a causal pass over its path through it. Where the crossovers lie:
+docs/performance.md, "Verify attention on the host".
 """
 
 from __future__ import annotations

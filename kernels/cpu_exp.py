@@ -23,8 +23,9 @@ EXP_MIN, EXP_MAX = -87.33654, 88.02
 
 
 def exp_parts(x: mx.array) -> tuple[mx.array, mx.array]:
-    """exp(x) = p * 2**n as (p, the float32 bits of 2**n); p is 0 where exp(x) is below expf's range.
-    The bits become a float outside the compiled functions: a view has no shapeless form."""
+    """exp(x) = p * 2**n as (p, the float32 bits of 2**n), for float32 x only (ROUND rounds at
+    float32's precision); p is 0 where exp(x) is below expf's range. The bits become a float
+    outside the compiled functions: a view has no shapeless form."""
     c = mx.minimum(mx.maximum(x, EXP_MIN), EXP_MAX)
     n = (c * LOG2E + ROUND) - ROUND
     r = c - n * LN2_HI - n * LN2_LO
@@ -40,5 +41,7 @@ _exp_parts_of = mx.compile(exp_parts, shapeless=True)
 
 def exp(x: mx.array) -> mx.array:
     """exp of a float32 array."""
+    if x.dtype != mx.float32:
+        raise ValueError(f"kernels.cpu_exp.exp takes float32 arrays, not {x.dtype}")
     p, two_n = _exp_parts_of(x)
     return p * two_n.view(mx.float32)

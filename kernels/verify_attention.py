@@ -24,8 +24,9 @@ dispatcher: float32 calls with 2..MAX_ROWS query rows (verify blocks) deep enoug
 host's per-layer sync (MIN_HOST_SCORES), and inside whole_sequences()
 whole sequences run without a cache (the drafter trainer's target pass), take the host path on the
 CPU; smaller verify blocks take kernels/cpu_attention.py's attention in MLX's graph with a fast exp
-(from MIN_GRAPH_SCORES); one-token steps (AR decoding) and prefill chunks stay MLX's, so AR decoding
-is exactly what it was.
+(from MIN_GRAPH_SCORES). One-token steps (AR decoding) and prefill chunks of more than MAX_ROWS
+rows stay MLX's, so AR's steps are exactly what they were; a shorter prompt's prefill takes the path
+a verify block of its size would.
 """
 
 from __future__ import annotations
@@ -191,7 +192,9 @@ def graph_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array])
 
 def _verify_shaped(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array], max_rows: Optional[int]) -> bool:
     """float32, 2..max_rows query rows (None: any), query heads a multiple of the KV heads, a plain,
-    causal or boolean (rows, keys) mask, no attention sinks."""
+    causal or boolean (rows, keys) mask, no attention sinks. (A boolean mask must let every row see
+    a key, as causal, sliding-window and tree masks do: a row that sees none is NaN here and in the
+    reference.)"""
     if q.dtype != mx.float32 or k.dtype != mx.float32 or sinks is not None or q.ndim != 4:
         return False
     if q.shape[2] < 2 or (max_rows is not None and q.shape[2] > max_rows) or q.shape[1] % k.shape[1]:
@@ -203,8 +206,10 @@ def _verify_shaped(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.arra
 
 @lru_cache(maxsize=8)
 def _causal(rows: int, keys: int) -> mx.array:
-    """causal_allowed, made once per block shape (every layer of a forward asks for the same)."""
-    return causal_allowed(rows, keys)
+    """causal_allowed, made once per block shape (every layer of a forward asks for the same), as
+    data rather than a lazy graph: MLX's streams are per thread, and an unevaluated array made on
+    one thread (a forward dropped by a cancel) cannot be evaluated on another."""
+    return mx.array(causal_allowed(rows, keys, np))
 
 
 def sdpa_with_fallback(stock: Callable) -> Callable:

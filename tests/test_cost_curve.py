@@ -10,7 +10,8 @@ import pytest
 
 from app.cli import main as cli
 from engine.decode import cost_curve as cc
-from engine.models.kernel_dispatch import DISABLE_ENV
+from engine.models import kernel_dispatch
+from kernels import verify_attention
 
 pytestmark = pytest.mark.measures_cost_curve  # the cost curve's own tests time it
 
@@ -52,15 +53,19 @@ def test_the_curve_is_cached_per_target_and_block(qwen3_pair, monkeypatch, tmp_p
 
 
 def test_a_curve_timed_through_other_kernels_is_not_reused(qwen3_pair, monkeypatch, tmp_path):
-    """Our CPU kernels change what a verify row costs: a curve timed with them off (or by an older
-    set of them) would price rows wrongly, so it is measured again."""
+    """Our CPU kernels change what a verify row costs: a curve timed through other kernels (none, as
+    DFLASH_NO_CPU_KERNELS loads a pair; other attention thresholds; an older revision of them) would
+    price rows wrongly, so it is measured again."""
     monkeypatch.setenv("DFLASH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(DISABLE_ENV, "1")
+    assert qwen3_pair.cpu_kernels  # loaded on the CPU: the kernels run
     assert not cc.cost_curve(qwen3_pair, block=3, repeats=1)[1]
     assert cc.cost_curve(qwen3_pair, block=3, repeats=1)[1]
-    monkeypatch.delenv(DISABLE_ENV)
+    assert not cc.cost_curve(replace(qwen3_pair, cpu_kernels=()), block=3, repeats=1)[1]
+    monkeypatch.setattr(verify_attention, "MIN_GRAPH_SCORES", verify_attention.MIN_GRAPH_SCORES * 2)
     assert not cc.cost_curve(qwen3_pair, block=3, repeats=1)[1]
-    assert len(list((tmp_path / "cost-curves").glob("*.json"))) == 2
+    monkeypatch.setattr(kernel_dispatch, "KERNELS_REVISION", kernel_dispatch.KERNELS_REVISION + 1)
+    assert not cc.cost_curve(qwen3_pair, block=3, repeats=1)[1]
+    assert len(list((tmp_path / "cost-curves").glob("*.json"))) == 4
 
 
 def test_a_sampled_run_prices_its_draws(qwen3_pair, monkeypatch, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+import pytest
 from mlx_lm.models.activations import swiglu as mlx_lm_swiglu
 
 from engine.decode.generate import generate
@@ -28,6 +29,8 @@ def test_exp_is_within_two_ulp_of_float64_and_zero_where_expf_is():
     assert below.tolist() == [0.0, 0.0, 0.0]
     above = np.array(cpu_exp.exp(mx.array([88.5, 1000.0, np.inf], dtype=mx.float32)))
     assert np.isfinite(above).all() and (above == above[0]).all() and above[0] > 1e38
+    with pytest.raises(ValueError, match="float32"):  # its rounding is float32's
+        cpu_exp.exp(mx.array([1.0], dtype=mx.float16))
 
 
 def test_swiglu_matches_mlx_lm():

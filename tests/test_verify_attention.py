@@ -88,20 +88,21 @@ def test_the_dispatcher_sends_only_float32_verify_blocks_to_the_host():
     assert sdpa(q[:, :, :1], k, v, plain, 0.25, None) == "stock"  # a one-token step: AR unchanged
     prefill = mx.zeros((1, 4, va.MAX_ROWS + 1, 16))
     assert sdpa(prefill, k, v, plain, 0.25, "causal") == "stock"
-    half = [a.astype(mx.float16) for a in (q, k, v)]
-    assert sdpa(*half, plain, 0.25, "causal") == "stock"
-    assert sdpa(q, k, v, plain, 0.25, "causal", sinks=mx.zeros((4,))) == "stock"
-
     class Quantized:
         bits = 4
 
-    assert sdpa(q, k, v, Quantized(), 0.25, "causal") == "stock"
-    assert sdpa(q, k, v, plain, 0.25, mx.zeros((16, 300))) == "stock"  # an additive float mask
+    for rows in (16, 8):  # the host path's range, and the in-graph path's (4 x 8 x 300 scores)
+        a = q[:, :, :rows]
+        assert isinstance(sdpa(a, k, v, plain, 0.25, "causal"), mx.array)
+        assert sdpa(*(x.astype(mx.float16) for x in (a, k, v)), plain, 0.25, "causal") == "stock"
+        assert sdpa(a, k, v, plain, 0.25, "causal", sinks=mx.zeros((4,))) == "stock"
+        assert sdpa(a, k, v, Quantized(), 0.25, "causal") == "stock"
+        assert sdpa(a, k, v, plain, 0.25, mx.zeros((rows, 300))) == "stock"  # an additive float mask
 
 
 def test_blocks_between_the_thresholds_take_the_graph_kernel_and_give_the_reference(monkeypatch):
     """A verify block too small to repay the host's sync but with enough scores to exp: the in-graph
-    kernel, causal mask made by the dispatcher; nothing is evaluated on the way (no host sync)."""
+    kernel, its causal mask made by the dispatcher, not the host path."""
     sdpa = va.sdpa_with_fallback(lambda *a, **kw: "stock")
     q, k, v = _qkv(4, 2, 8, 200, 16, seed=9)
     assert va.MIN_GRAPH_SCORES <= 4 * 8 * 200 < va.MIN_HOST_SCORES
@@ -110,6 +111,15 @@ def test_blocks_between_the_thresholds_take_the_graph_kernel_and_give_the_refere
     np.testing.assert_allclose(np.array(got), np.array(va.reference(q, k, v, 0.25, "causal")), atol=2e-6, rtol=1e-5)
     assert not np.allclose(np.array(got), np.array(va.reference(q, k, v, 0.25, None)), atol=1e-3)
     assert sdpa(q[:, :, :2], k, v, object(), 0.25, "causal") == "stock"  # below it: MLX's
+
+
+def test_the_graph_kernel_takes_batches_and_any_query_group():
+    rng = np.random.default_rng(12)
+    for Hq, Hkv in ((4, 4), (4, 2), (8, 2)):
+        q = mx.array(rng.normal(0, 1, (2, Hq, 6, 16)).astype(np.float32))
+        k, v = (mx.array(rng.normal(0, 1, (2, Hkv, 50, 16)).astype(np.float32)) for _ in range(2))
+        got = graph_attention(q, k, v, 0.25, va.causal_allowed(6, 50))
+        np.testing.assert_allclose(np.array(got), np.array(va.reference(q, k, v, 0.25, "causal")), atol=2e-6, rtol=1e-5)
 
 
 def test_a_whole_sequence_without_a_cache_takes_the_trainable_host_path():

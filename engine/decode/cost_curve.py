@@ -45,7 +45,7 @@ from engine.decode.settings import SamplingSettings
 from engine.decode.prefill import context_length, prefill
 from engine.decode.rollback import make_rollback
 from engine.errors import DFlashError
-from engine.models.kernel_dispatch import kernels_status
+from engine.models.kernel_dispatch import kernels_key
 from engine.models.cache_state import mark, restore
 from engine.models.pair import LoadedPair
 from engine.models.target import make_target_cache
@@ -307,8 +307,8 @@ def _key_parts(pair: LoadedPair, repeats: int, window: int, sink: int, sampling:
              str(pair.drafter_path.resolve()) if pair.drafter_path else "-", f"window {window} sink {sink}",
              f"sampling {sampling_kind(sampling)}"]
     with mx.stream(STREAM):
-        device = mx.default_device()
-    parts += [str(device), kernels_status(device)]
+        parts.append(str(mx.default_device()))
+    parts.append(kernels_key(pair.cpu_kernels))
     folders = [pair.target_path] + ([pair.drafter_path] if pair.drafter_path else [])
     for f in [f for d in folders for f in sorted(d.glob("*.json")) + sorted(d.glob("*.safetensors"))]:
         st = f.stat()

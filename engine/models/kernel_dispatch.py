@@ -3,8 +3,8 @@
 mlx-lm's layers call module-level functions of their own model file (`swiglu` in the MLPs,
 `scaled_dot_product_attention` in the attention layers), so those names are replaced there
 with dispatchers. On the CPU: kernels/cpu_swiglu.py takes float32 blocks of several tokens
-(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks (smaller
-ones kernels/cpu_attention.py's in-graph attention with a fast exp), each
+(verifies, prefills), kernels/verify_attention.py's host path takes float32 verify blocks (and
+kernels/cpu_attention.py's in-graph attention with a fast exp takes smaller ones), each
 attention layer's rope is wrapped so that blocks of rows rotate by angles made once per forward
 (kernels/cpu_rope.py), and plain RMSNorm layers compute blocks in compiled kernels
 (kernels/cpu_rms_norm.py); both give MLX's own bits.
@@ -27,12 +27,17 @@ import mlx.nn as nn
 from kernels.cpu_rms_norm import install_block_norms
 from kernels.cpu_rope import install_block_ropes
 from kernels.cpu_swiglu import swiglu_with_fallback
+from kernels import verify_attention
 from kernels.verify_attention import sdpa_with_fallback
 from kernels.verify_attention_metal import sdpa_with_metal
 
 DISABLE_ENV = "DFLASH_NO_CPU_KERNELS"
 CPU_DISPATCHERS = {"swiglu": swiglu_with_fallback, "scaled_dot_product_attention": sdpa_with_fallback}
 METAL_DISPATCHERS = {"scaled_dot_product_attention": sdpa_with_metal}
+# Part of a cost curve's cache key (engine/decode/cost_curve.py): raised when a kernel's speed, or
+# which calls a dispatcher sends to it, changes, so that curves timed through the old ones are
+# measured again (2: the in-graph verify attention).
+KERNELS_REVISION = 2
 
 
 def dispatchers_for(device: mx.Device) -> dict:
@@ -55,6 +60,13 @@ def kernels_status(device: mx.Device) -> str:
                 "ones, a fast-exp SwiGLU for float32 blocks, RoPE "
                 "angles made once per block and compiled RMSNorm for blocks; one-token steps mlx-lm's")
     return "verify blocks' attention in a Metal kernel where its one-time check per shape passed; else mlx-lm's"
+
+
+def kernels_key(installed: tuple[str, ...]) -> str:
+    """What a verify's cost depends on of the kernels a pair runs (`installed`: the names
+    install_kernels returned): the names, KERNELS_REVISION and the attention paths' thresholds."""
+    return (f"kernels {','.join(installed)} revision {KERNELS_REVISION} host from "
+            f"{verify_attention.MIN_HOST_SCORES} graph from {verify_attention.MIN_GRAPH_SCORES}")
 
 
 def install_kernels(model: nn.Module, device: mx.Device) -> list[str]:
