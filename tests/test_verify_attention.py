@@ -113,6 +113,19 @@ def test_blocks_between_the_thresholds_take_the_graph_kernel_and_give_the_refere
     assert sdpa(q[:, :, :2], k, v, object(), 0.25, "causal") == "stock"  # below it: MLX's
 
 
+def test_a_causal_mask_kept_from_one_thread_serves_another():
+    """A forward built on one thread and dropped (a cancel) leaves its mask in the cache; the next
+    run may be on another thread (the window's worker, the server's decode thread). MLX's streams are
+    per thread, so a mask kept as a lazy graph could not be evaluated there."""
+    import threading
+
+    va._causal.cache_clear()
+    worker = threading.Thread(target=va._causal, args=(8, 201))
+    worker.start()
+    worker.join()
+    assert np.array(va._causal(8, 201)).tolist() == np.array(va.causal_allowed(8, 201)).tolist()
+
+
 def test_the_graph_kernel_takes_batches_and_any_query_group():
     rng = np.random.default_rng(12)
     for Hq, Hkv in ((4, 4), (4, 2), (8, 2)):
