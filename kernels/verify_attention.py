@@ -174,27 +174,13 @@ def host_attention_trainable(scale: float, mask: Mask) -> Callable[[mx.array, mx
     return attend
 
 
-def host_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
-               max_rows: Optional[int] = MAX_ROWS) -> bool:
-    """Calls the host path handles: float32, 2..max_rows query rows (None: any, for whole sequences)
-    with at least MIN_HOST_SCORES score elements when max_rows is set, a plain, causal or boolean
-    mask, no attention sinks."""
-    if not _verify_shaped(q, k, mask, sinks, max_rows):
-        return False
-    return max_rows is None or q.shape[1] * q.shape[2] * k.shape[2] >= MIN_HOST_SCORES
-
-
-def graph_takes(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array]) -> bool:
-    """Verify blocks the host path leaves that kernels/cpu_attention.py takes: its shapes and masks,
-    from MIN_GRAPH_SCORES score elements."""
-    return _verify_shaped(q, k, mask, sinks, MAX_ROWS) and q.shape[1] * q.shape[2] * k.shape[2] >= MIN_GRAPH_SCORES
-
-
-def _verify_shaped(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array], max_rows: Optional[int]) -> bool:
-    """float32, 2..max_rows query rows (None: any), query heads a multiple of the KV heads, a plain,
-    causal or boolean (rows, keys) mask, no attention sinks. (A boolean mask must let every row see
-    a key, as causal, sliding-window and tree masks do: a row that sees none is NaN here and in the
-    reference.)"""
+def handles(q: mx.array, k: mx.array, mask: Mask, sinks: Optional[mx.array],
+            max_rows: Optional[int] = MAX_ROWS) -> bool:
+    """Calls the host path and kernels/cpu_attention.py handle: float32, 2..max_rows query rows (None:
+    any, for whole sequences), query heads a multiple of the KV heads, a plain, causal or boolean
+    (rows, keys) mask, no attention sinks. (A boolean mask must let every row see a key, as causal,
+    sliding-window and tree masks do: a row that sees none is NaN there and in the reference.) Which
+    of the two takes a verify block goes by its score elements (MIN_HOST_SCORES, MIN_GRAPH_SCORES)."""
     if q.dtype != mx.float32 or k.dtype != mx.float32 or sinks is not None or q.ndim != 4:
         return False
     if q.shape[2] < 2 or (max_rows is not None and q.shape[2] > max_rows) or q.shape[1] % k.shape[1]:
@@ -220,12 +206,13 @@ def sdpa_with_fallback(stock: Callable) -> Callable:
     one-token steps, prefill chunks, compiled steps."""
 
     def sdpa_dispatch(queries, keys, values, cache, scale, mask, sinks=None):
-        if cache is None and _WHOLE_SEQUENCES.get() and host_takes(queries, keys, mask, sinks, max_rows=None):
+        if cache is None and _WHOLE_SEQUENCES.get() and handles(queries, keys, mask, sinks, max_rows=None):
             return host_attention_trainable(scale, mask)(queries, keys, values)
-        if cache is not None and not hasattr(cache, "bits"):
-            if host_takes(queries, keys, mask, sinks):
+        if cache is not None and not hasattr(cache, "bits") and handles(queries, keys, mask, sinks):
+            scores = queries.shape[1] * queries.shape[2] * keys.shape[2]
+            if scores >= MIN_HOST_SCORES:
                 return host_attention(queries, keys, values, scale, mask)
-            if graph_takes(queries, keys, mask, sinks):
+            if scores >= MIN_GRAPH_SCORES:
                 allowed = _causal(queries.shape[2], keys.shape[2]) if isinstance(mask, str) else mask
                 return graph_attention(queries, keys, values, scale, allowed)
         return stock(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)

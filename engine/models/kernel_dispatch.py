@@ -28,11 +28,10 @@ from kernels.cpu_rms_norm import install_block_norms
 from kernels.cpu_rope import install_block_ropes
 from kernels.cpu_swiglu import swiglu_with_fallback
 from kernels import verify_attention
-from kernels.verify_attention import sdpa_with_fallback
 from kernels.verify_attention_metal import sdpa_with_metal
 
 DISABLE_ENV = "DFLASH_NO_CPU_KERNELS"
-CPU_DISPATCHERS = {"swiglu": swiglu_with_fallback, "scaled_dot_product_attention": sdpa_with_fallback}
+CPU_DISPATCHERS = {"swiglu": swiglu_with_fallback, "scaled_dot_product_attention": verify_attention.sdpa_with_fallback}
 METAL_DISPATCHERS = {"scaled_dot_product_attention": sdpa_with_metal}
 # Part of a cost curve's cache key (engine/decode/cost_curve.py): raised when a kernel's speed, or
 # which calls a dispatcher sends to it, changes, so that curves timed through the old ones are
