@@ -94,8 +94,18 @@ def _blocked_rows(mask, L: int, S: int) -> Optional[np.ndarray]:
     """(L, S) booleans: the scores a row may not see (None: it sees every key)."""
     if mask is None:
         return None
-    allowed = causal_allowed(L, S, np) if isinstance(mask, str) else np.broadcast_to(np.asarray(mask), (L, S))
-    return ~allowed
+    if isinstance(mask, str):
+        return _causal_blocked(L, S)
+    return ~np.broadcast_to(np.asarray(mask), (L, S))
+
+
+@lru_cache(maxsize=8)
+def _causal_blocked(rows: int, keys: int) -> np.ndarray:
+    """A causal block's blocked scores, made once per block shape (every layer of a forward asks for
+    the same), read-only."""
+    blocked = ~causal_allowed(rows, keys, np)
+    blocked.flags.writeable = False
+    return blocked
 
 
 def _chunks(L: int, rows_per_query: int, S: int) -> list[slice]:
